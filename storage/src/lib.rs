@@ -1,0 +1,1 @@
+//! Spools, fragments and the fragment index.
