@@ -581,6 +581,7 @@ pub struct ClientCall {
     pub sender: FrameSender,
     response: Option<h2::client::ResponseFuture>,
     inbound: Option<Inbound>,
+    headers: Option<HeaderMap>,
     done: bool,
 }
 
@@ -634,6 +635,7 @@ impl Channel {
             sender: FrameSender::new(send),
             response: Some(response),
             inbound: None,
+            headers: None,
             done: false,
         })
     }
@@ -670,6 +672,11 @@ impl Channel {
 }
 
 impl ClientCall {
+    /// Response headers (initial metadata), once the first response has been awaited.
+    pub fn response_headers(&self) -> Option<&HeaderMap> {
+        self.headers.as_ref()
+    }
+
     /// The next response message; `Ok(None)` when the call ended with status OK.
     pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
         if self.done {
@@ -677,6 +684,7 @@ impl ClientCall {
         }
         if let Some(response) = self.response.take() {
             let resp = response.await?;
+            self.headers = Some(resp.headers().clone());
             if let Some(outcome) = status_from_headers(resp.headers()) {
                 // Trailers-Only: the call ended without messages.
                 self.done = true;
