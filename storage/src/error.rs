@@ -1,0 +1,47 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Failures of spool and fragment-file I/O. Expected outcomes of the Gazette
+/// protocol (mismatched proposals, offsets not yet available, ...) are not
+/// errors of this crate; the broker derives them from spool and index state.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// An I/O operation on a file or directory failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An earlier write, commit or sync failed, so the spool's on-disk state
+    /// is unknown. Every later call fails with this; the owner must drop the
+    /// spool and reopen (recover) it from disk.
+    #[error("spool of {journal} is poisoned by an earlier failure: {cause}")]
+    Poisoned { journal: String, cause: String },
+    /// The journal directory exists but its `JOURNAL` file names another
+    /// journal (a collision of the 64-bit name hash, or a foreign directory).
+    #[error("spool directory {dir} belongs to journal {found:?}, not {journal:?}")]
+    JournalMismatch {
+        dir: PathBuf,
+        journal: String,
+        found: String,
+    },
+    /// `Spool::roll` to an offset before the spool's committed end.
+    #[error("cannot roll spool of {journal} to offset {at}: committed end is {end}")]
+    InvalidRoll { journal: String, at: i64, end: i64 },
+    /// A read of a fragment file at an offset outside of the fragment.
+    #[error("read at offset {offset} outside of fragment beginning at {begin}")]
+    InvalidOffset { offset: i64, begin: i64 },
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StorageError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Local fragment files: the read side of a spool's content.
+//!
+//! A [`FragmentFile`] is the `.spool` file of one fragment; byte 0 of the file
+//! is journal offset `begin`. The spool writing the fragment and any number of
+//! readers share it through an `Rc`. Readers bound their reads by the
+//! fragment's committed end, which they learn from the index: bytes past it
+//! are uncommitted and must never be served.
+//!
+//! Lives on: the journal's owner core.
+
+use std::cell::OnceCell;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use glommio::io::{BufferedFile, OpenOptions};
+
+use crate::StorageError;
+
+/// The content file of a local fragment (a spool, current or completed).
+///
+/// The file is created lazily by the spool's first write, so an empty spool
+/// costs no file descriptor and leaves nothing on disk.
+///
+/// Lives on: the journal's owner core (`!Send`).
+pub struct FragmentFile {
+    begin: i64,
+    path: PathBuf,
+    commits_path: PathBuf,
+    file: OnceCell<BufferedFile>,
+}
+
+impl FragmentFile {
+    pub(crate) fn new(dir: &Path, begin: i64) -> Self {
+        assert!(begin >= 0);
+        FragmentFile {
+            begin,
+            path: dir.join(format!("{begin:016x}.spool")),
+            commits_path: dir.join(format!("{begin:016x}.commits")),
+            file: OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn with_file(dir: &Path, begin: i64, file: BufferedFile) -> Self {
+        let this = Self::new(dir, begin);
+        assert!(this.file.set(file).is_ok());
+        this
+    }
+
+    /// Journal offset of the file's first byte.
+    pub fn begin(&self) -> i64 {
+        self.begin
+    }
+
+    /// Path of the `.spool` content file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Path of the companion `.commits` log.
+    pub fn commits_path(&self) -> &Path {
+        &self.commits_path
+    }
+
+    /// Reads up to `max_len` bytes at journal offset `offset` (which must be
+    /// at least `begin`). Returns fewer bytes only at the end of the file; the
+    /// caller bounds `max_len` by the fragment's committed end.
+    pub async fn read_at(&self, offset: i64, max_len: usize) -> Result<Bytes, StorageError> {
+        if offset < self.begin {
+            return Err(StorageError::InvalidOffset {
+                offset,
+                begin: self.begin,
+            });
+        }
+        let Some(file) = self.file.get() else {
+            // Nothing was ever written, so nothing can be committed.
+            return Ok(Bytes::new());
+        };
+        let pos = (offset - self.begin) as u64;
+        let content = read_up_to(file, pos, max_len)
+            .await
+            .map_err(|e| StorageError::io("reading", &self.path, e))?;
+        assert!(content.len() <= max_len);
+        Ok(Bytes::from(content))
+    }
+
+    /// Unlinks the fragment's `.spool` and `.commits` files, as the broker
+    /// does once the fragment is persisted to a store. Readers holding this
+    /// `FragmentFile` keep reading: the open descriptor outlives the name.
+    /// Must not be called on the current spool's file.
+    pub async fn remove(&self) -> Result<(), StorageError> {
+        for path in [&self.path, &self.commits_path] {
+            match glommio::io::remove(path).await {
+                Ok(()) => {}
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        return Err(StorageError::io("removing", path, e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The open content file, if it was created.
+    pub(crate) fn get(&self) -> Option<&BufferedFile> {
+        self.file.get()
+    }
+
+    /// The open content file, creating (and truncating) it on first use.
+    pub(crate) async fn get_or_create(&self) -> Result<&BufferedFile, StorageError> {
+        if self.file.get().is_none() {
+            let file = open_rw(&self.path, true)
+                .await
+                .map_err(|e| StorageError::io("creating", &self.path, e))?;
+            // Only the owning spool creates the file, from `&mut self`, so no
+            // other creation can have raced this one across the await.
+            assert!(self.file.set(file).is_ok());
+        }
+        Ok(self.file.get().expect("set above"))
+    }
+}
+
+impl fmt::Debug for FragmentFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FragmentFile")
+            .field("begin", &self.begin)
+            .field("path", &self.path)
+            .field("open", &self.file.get().is_some())
+            .finish()
+    }
+}
+
+/// A completed local fragment: its committed metadata and its content file.
+/// `fragment.backing_store` is empty and `fragment.mod_time` is 0 until the
+/// broker persists it to a store.
+#[derive(Clone, Debug)]
+pub struct LocalFragment {
+    pub fragment: protocol::Fragment,
+    pub file: Rc<FragmentFile>,
+}
+
+/// Opens `path` for reading and writing through glommio, creating and
+/// truncating it if `create`.
+pub(crate) async fn open_rw(path: &Path, create: bool) -> std::io::Result<BufferedFile> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true);
+    if create {
+        options.create(true).truncate(true);
+    }
+    Ok(options.buffered_open(path).await?)
+}
+
+/// Writes all of `content` at `pos`, resubmitting after short writes.
+pub(crate) async fn write_all(
+    file: &BufferedFile,
+    content: &[u8],
+    pos: u64,
+) -> std::io::Result<()> {
+    let mut written = 0usize;
+    while written < content.len() {
+        // glommio takes ownership of the buffer for the kernel's sake: this
+        // is the one copy of content on the write path.
+        let n = file
+            .write_at(content[written..].to_vec(), pos + written as u64)
+            .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        written += n;
+    }
+    Ok(())
+}
+
+/// Reads up to `len` bytes at `pos`, stopping early only at end of file.
+pub(crate) async fn read_up_to(
+    file: &BufferedFile,
+    pos: u64,
+    len: usize,
+) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let chunk = file
+            .read_at(pos + out.len() as u64, len - out.len())
+            .await?;
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}

@@ -1,0 +1,1018 @@
+//! The spool: a journal's current fragment, written through io_uring and
+//! recoverable after `kill -9`.
+//!
+//! A spool appends content in two phases, as Gazette's replication protocol
+//! does: [`Spool::write`] places uncommitted bytes in the file and folds them
+//! into a *pending* running SHA-1, then [`Spool::commit`] makes them part of
+//! the fragment (or [`Spool::rollback`] forgets them). Readers only ever see
+//! the committed fragment.
+//!
+//! # Write path
+//!
+//! 1. `write`: the content is copied into a buffer owned by glommio and
+//!    written at file position `end - begin + delta` (one `pwrite` through
+//!    io_uring, awaited). The pending SHA-1 and `delta` advance.
+//! 2. `commit`: one record (end, time, registers if changed, crc32c) is
+//!    appended to the `.commits` log and awaited. **This is the durability
+//!    point against process crashes**: page-cache writes survive `kill -9`.
+//!    Then the pending SHA-1, end and registers are adopted.
+//! 3. `sync` (optional, not part of `commit`): `fdatasync` of the content
+//!    file and the log, and `fsync` of the directories whose entries changed.
+//!    Only this survives power loss. No fsync is ever retried: a failed write
+//!    or sync poisons the spool.
+//!
+//! # Files
+//!
+//! `<root>/<16 hex digits of SHA1(journal)[..8]>/` holds `JOURNAL` (the
+//! journal's name) and, per fragment, `<begin %016x>.spool` (content; file
+//! position 0 is journal offset `begin`) and `<begin %016x>.commits` (the
+//! commit log, see `record.rs`). Files are created at a fragment's first
+//! write or commit, so empty spools leave nothing behind.
+//!
+//! Directory creation, listing and the small `JOURNAL` file use blocking
+//! `std::fs` calls, once per `open`; all fragment I/O goes through glommio.
+//!
+//! # Recovery
+//!
+//! See [`Spool::open`]: each fragment is cut to the end of its last intact
+//! commit record and re-hashed; the fragment with the greatest begin becomes
+//! the spool again, the others are returned as completed fragments.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use glommio::io::{BufferedFile, Directory};
+use protocol::{CompressionCodec, Fragment, LabelSet};
+use sha1::{Digest, Sha1};
+
+use crate::StorageError;
+use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, write_all};
+use crate::record::{self, CommitRecord};
+use crate::sha::{sum_of, zero_sum};
+
+/// Chunk size for re-hashing a fragment's content during recovery.
+const RECOVERY_READ_LEN: usize = 1 << 20;
+/// Name of the file holding the journal's name in its spool directory.
+const JOURNAL_FILE: &str = "JOURNAL";
+
+/// The journal's fragment currently being written.
+///
+/// Lives on: the journal's owner core (`!Send`; methods take `&mut self`, so
+/// writes, commits and rolls of one spool never overlap).
+pub struct Spool {
+    root: PathBuf,
+    dir: PathBuf,
+    /// The committed fragment: what readers and peers may see.
+    fragment: Fragment,
+    registers: LabelSet,
+    /// Uncommitted bytes written past `fragment.end`.
+    delta: i64,
+    first_append_time: Option<SystemTime>,
+    file: Rc<FragmentFile>,
+    /// The commit log, once created.
+    commits: Option<BufferedFile>,
+    /// Length of the commit log: where the next record goes.
+    commits_len: u64,
+    /// Registers as of the last record in the log (None: no record yet).
+    logged_registers: Option<LabelSet>,
+    /// SHA-1 over [begin, end).
+    committed_sum: Sha1,
+    /// SHA-1 over [begin, end + delta).
+    pending_sum: Sha1,
+    /// Furthest file position ever written (may exceed the committed length
+    /// after a rollback).
+    written_len: u64,
+    /// Whether directory entries were created since the last `sync`.
+    dirs_dirty: bool,
+    poisoned: Option<String>,
+}
+
+/// The directory holding `journal`'s spools under `root`.
+pub fn journal_dir(root: &Path, journal: &str) -> PathBuf {
+    let digest = Sha1::digest(journal.as_bytes());
+    root.join(hex::encode(&digest[..8]))
+}
+
+impl Spool {
+    /// Opens the spool of `journal` under `root`, creating its directory, or
+    /// recovering its fragments after a crash or restart:
+    ///
+    /// * For each `.spool` file, the last intact record of its `.commits` log
+    ///   gives the committed end (a torn record at the tail is ignored, as is
+    ///   every record after a damaged one). Content past that end was never
+    ///   acknowledged: the file is cut to it. Registers are those of the last
+    ///   intact record, the SHA-1 is recomputed from the file, and the first
+    ///   append time is that of the first record that added content.
+    /// * Fragments with no committed bytes are deleted.
+    /// * The fragment with the greatest begin becomes the spool (appends
+    ///   continue into it, under its recorded codec); the others are returned
+    ///   as completed fragments, in begin order, for the broker to index and
+    ///   persist.
+    /// * With nothing to recover, the spool is empty at offset 0 with `codec`
+    ///   and empty registers.
+    ///
+    /// At most one `Spool` of a journal may be open at a time.
+    pub async fn open(
+        root: &Path,
+        journal: &str,
+        codec: CompressionCodec,
+    ) -> Result<(Spool, Vec<LocalFragment>), StorageError> {
+        let dir = journal_dir(root, journal);
+        prepare_dir(&dir, journal)?;
+
+        let mut recovered = Vec::new();
+        for begin in list_fragments(&dir)? {
+            if let Some(fragment) = recover_fragment(&dir, journal, begin).await? {
+                recovered.push(fragment);
+            }
+        }
+        let spool = match recovered.pop() {
+            Some(current) => Spool::from_recovered(root, dir.clone(), current),
+            None => Spool::empty(
+                root,
+                dir.clone(),
+                journal,
+                0,
+                codec as i32,
+                LabelSet::default(),
+            ),
+        };
+        let mut completed = Vec::with_capacity(recovered.len());
+        for fragment in recovered {
+            completed.push(fragment.into_completed(&dir).await);
+        }
+        tracing::info!(
+            journal,
+            dir = %dir.display(),
+            begin = spool.fragment.begin,
+            end = spool.fragment.end,
+            completed = completed.len(),
+            "opened spool"
+        );
+        Ok((spool, completed))
+    }
+
+    fn empty(
+        root: &Path,
+        dir: PathBuf,
+        journal: &str,
+        begin: i64,
+        codec: i32,
+        registers: LabelSet,
+    ) -> Spool {
+        assert!(begin >= 0);
+        let file = Rc::new(FragmentFile::new(&dir, begin));
+        Spool {
+            root: root.to_owned(),
+            dir,
+            fragment: Fragment {
+                journal: journal.to_owned(),
+                begin,
+                end: begin,
+                sum: Some(zero_sum()),
+                compression_codec: codec,
+                backing_store: String::new(),
+                mod_time: 0,
+                path_postfix: String::new(),
+            },
+            registers,
+            delta: 0,
+            first_append_time: None,
+            file,
+            commits: None,
+            commits_len: 0,
+            logged_registers: None,
+            committed_sum: Sha1::new(),
+            pending_sum: Sha1::new(),
+            written_len: 0,
+            dirs_dirty: true,
+            poisoned: None,
+        }
+    }
+
+    fn from_recovered(root: &Path, dir: PathBuf, r: RecoveredFragment) -> Spool {
+        let written_len = (r.fragment.end - r.fragment.begin) as u64;
+        let file = Rc::new(FragmentFile::with_file(&dir, r.fragment.begin, r.file));
+        Spool {
+            root: root.to_owned(),
+            dir,
+            fragment: r.fragment,
+            logged_registers: Some(r.registers.clone()),
+            registers: r.registers,
+            delta: 0,
+            first_append_time: r.first_append_time,
+            file,
+            commits: Some(r.commits),
+            commits_len: r.commits_len,
+            pending_sum: r.sum.clone(),
+            committed_sum: r.sum,
+            written_len,
+            dirs_dirty: true,
+            poisoned: None,
+        }
+    }
+
+    /// The committed fragment: journal, begin, end, SHA-1 of [begin, end)
+    /// (zero when empty) and codec; never persisted, so `backing_store` is
+    /// empty, `mod_time` 0 and `path_postfix` empty.
+    pub fn fragment(&self) -> &Fragment {
+        &self.fragment
+    }
+
+    /// The journal's registers as of the last commit (or as set or recovered).
+    pub fn registers(&self) -> &LabelSet {
+        &self.registers
+    }
+
+    /// Number of uncommitted bytes written past the committed end.
+    pub fn delta(&self) -> i64 {
+        self.delta
+    }
+
+    /// Wall-clock time of the first commit that added content to this
+    /// fragment, if any did.
+    pub fn first_append_time(&self) -> Option<SystemTime> {
+        self.first_append_time
+    }
+
+    /// The fragment's content file, shared with readers.
+    pub fn file(&self) -> Rc<FragmentFile> {
+        self.file.clone()
+    }
+
+    /// The directory holding this journal's spool files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The fragment that committing the pending content would produce:
+    /// end + delta, with the SHA-1 of [begin, end + delta).
+    pub fn next(&self) -> Fragment {
+        let mut next = self.fragment.clone();
+        next.end += self.delta;
+        next.sum = Some(if next.end == next.begin {
+            zero_sum()
+        } else {
+            sum_of(&self.pending_sum)
+        });
+        next
+    }
+
+    /// Writes uncommitted `content` after any already pending, at journal
+    /// offset `end + delta`. Not visible to readers until `commit`.
+    pub async fn write(&mut self, content: &Bytes) -> Result<(), StorageError> {
+        self.check()?;
+        if content.is_empty() {
+            return Ok(());
+        }
+        let pos = self.content_len() + self.delta as u64;
+        let file = self.file.clone();
+        let result = async {
+            let handle = file.get_or_create().await?;
+            write_all(handle, content, pos)
+                .await
+                .map_err(|e| StorageError::io("writing", file.path(), e))
+        }
+        .await;
+        if let Err(e) = result {
+            return Err(self.poison(e));
+        }
+        self.dirs_dirty |= pos == 0;
+        self.pending_sum.update(content);
+        self.delta += content.len() as i64;
+        self.written_len = self.written_len.max(pos + content.len() as u64);
+        Ok(())
+    }
+
+    /// Commits the pending content with `registers`, returning the new
+    /// committed fragment. Content writes have all completed (each `write`
+    /// awaits its own); the commit record is appended and awaited, and only
+    /// then is the new state adopted. A commit with no pending content and
+    /// unchanged registers writes nothing.
+    pub async fn commit(&mut self, registers: LabelSet) -> Result<Fragment, StorageError> {
+        self.check()?;
+        assert!(self.delta >= 0);
+        if self.delta == 0 && registers == self.registers {
+            return Ok(self.fragment.clone());
+        }
+        let next = self.next();
+        let now = SystemTime::now();
+
+        let mut buf = Vec::with_capacity(64);
+        if self.commits.is_none() {
+            record::encode_header(self.fragment.compression_codec, &mut buf);
+        }
+        let changed = self.logged_registers.as_ref() != Some(&registers);
+        record::encode_record(
+            &CommitRecord {
+                end: next.end,
+                time_unix_ms: unix_ms(now),
+                registers: changed.then(|| registers.clone()),
+            },
+            &mut buf,
+        );
+        if let Err(e) = self.append_log(&buf).await {
+            return Err(self.poison(e));
+        }
+
+        if self.delta > 0 && self.first_append_time.is_none() {
+            self.first_append_time = Some(now);
+        }
+        self.fragment = next;
+        self.committed_sum = self.pending_sum.clone();
+        self.logged_registers = Some(registers.clone());
+        self.registers = registers;
+        self.delta = 0;
+        assert!(self.fragment.end >= self.fragment.begin);
+        Ok(self.fragment.clone())
+    }
+
+    /// Discards pending content: the next write overwrites its positions.
+    pub fn rollback(&mut self) {
+        if self.delta != 0 {
+            tracing::debug!(journal = %self.fragment.journal, delta = self.delta, "spool rollback");
+        }
+        self.delta = 0;
+        self.pending_sum = self.committed_sum.clone();
+    }
+
+    /// Replaces the registers without committing, as a replica does when it
+    /// rolls forward to a peer's larger proposal. They reach the log with the
+    /// next commit; until then a crash restores the logged ones.
+    pub fn set_registers(&mut self, registers: LabelSet) {
+        self.registers = registers;
+    }
+
+    /// Completes the current fragment and begins an empty one at `at` (no
+    /// less than the committed end) with `codec`; registers carry over and
+    /// pending content is discarded. Returns the completed fragment if it has
+    /// content; an empty one is deleted instead.
+    pub async fn roll(
+        &mut self,
+        at: i64,
+        codec: CompressionCodec,
+    ) -> Result<Option<LocalFragment>, StorageError> {
+        self.check()?;
+        if at < self.fragment.end {
+            return Err(StorageError::InvalidRoll {
+                journal: self.fragment.journal.clone(),
+                at,
+                end: self.fragment.end,
+            });
+        }
+        self.rollback();
+        let mut next = Spool::empty(
+            &self.root,
+            self.dir.clone(),
+            &self.fragment.journal,
+            at,
+            codec as i32,
+            self.registers.clone(),
+        );
+        next.dirs_dirty = self.dirs_dirty;
+        let previous = std::mem::replace(self, next);
+        Ok(previous.complete().await)
+    }
+
+    /// Flushes the fragment's content and commit log to the device
+    /// (`fdatasync`), and the directories if entries were created since the
+    /// last sync. Covers only the current fragment: call it before `roll` if
+    /// the completed fragment must survive power loss too.
+    pub async fn sync(&mut self) -> Result<(), StorageError> {
+        self.check()?;
+        if let Err(e) = self.sync_inner().await {
+            return Err(self.poison(e));
+        }
+        Ok(())
+    }
+
+    async fn sync_inner(&mut self) -> Result<(), StorageError> {
+        if let Some(file) = self.file.get() {
+            file.fdatasync()
+                .await
+                .map_err(|e| StorageError::io("syncing", self.file.path(), e.into()))?;
+        }
+        if let Some(log) = &self.commits {
+            log.fdatasync()
+                .await
+                .map_err(|e| StorageError::io("syncing", self.file.commits_path(), e.into()))?;
+        }
+        if self.dirs_dirty {
+            for dir in [&self.dir, &self.root] {
+                sync_dir(dir).await?;
+            }
+            self.dirs_dirty = false;
+        }
+        Ok(())
+    }
+
+    fn content_len(&self) -> u64 {
+        (self.fragment.end - self.fragment.begin) as u64
+    }
+
+    fn check(&self) -> Result<(), StorageError> {
+        match &self.poisoned {
+            None => Ok(()),
+            Some(cause) => Err(StorageError::Poisoned {
+                journal: self.fragment.journal.clone(),
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    fn poison(&mut self, e: StorageError) -> StorageError {
+        tracing::error!(journal = %self.fragment.journal, error = %e, "spool poisoned");
+        self.poisoned = Some(e.to_string());
+        e
+    }
+
+    async fn append_log(&mut self, buf: &[u8]) -> Result<(), StorageError> {
+        if self.commits.is_none() {
+            let path = self.file.commits_path();
+            let log = open_rw(path, true)
+                .await
+                .map_err(|e| StorageError::io("creating", path, e))?;
+            self.commits = Some(log);
+            self.commits_len = 0;
+            self.dirs_dirty = true;
+        }
+        let log = self.commits.as_ref().expect("created above");
+        write_all(log, buf, self.commits_len)
+            .await
+            .map_err(|e| StorageError::io("appending to", self.file.commits_path(), e))?;
+        self.commits_len += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Closes the log and hands back the fragment if it has content, else
+    /// deletes its files.
+    async fn complete(mut self) -> Option<LocalFragment> {
+        let had_log = self.commits.is_some();
+        if let Some(log) = self.commits.take()
+            && let Err(e) = log.close().await
+        {
+            tracing::warn!(path = %self.file.commits_path().display(), error = %e, "closing commit log");
+        }
+        let content_len = self.content_len();
+        if content_len == 0 {
+            if (had_log || self.file.get().is_some())
+                && let Err(e) = self.file.remove().await
+            {
+                tracing::warn!(path = %self.file.path().display(), error = %e, "removing empty spool");
+            }
+            return None;
+        }
+        // Cut rolled-back bytes so the file holds exactly the fragment.
+        if self.written_len > content_len
+            && let Some(file) = self.file.get()
+            && let Err(e) = file.truncate(content_len).await
+        {
+            tracing::warn!(path = %self.file.path().display(), error = %e, "truncating completed spool");
+        }
+        Some(LocalFragment {
+            fragment: self.fragment,
+            file: self.file,
+        })
+    }
+
+    /// Marks the spool failed, as a failed write would.
+    #[cfg(test)]
+    pub(crate) fn poison_for_test(&mut self) {
+        let e = StorageError::io("testing", &self.dir, std::io::ErrorKind::Other.into());
+        self.poison(e);
+    }
+}
+
+impl std::fmt::Debug for Spool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spool")
+            .field("fragment", &self.fragment)
+            .field("registers", &self.registers)
+            .field("delta", &self.delta)
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}
+
+/// A fragment read back from disk by `open`.
+struct RecoveredFragment {
+    fragment: Fragment,
+    registers: LabelSet,
+    first_append_time: Option<SystemTime>,
+    file: BufferedFile,
+    commits: BufferedFile,
+    commits_len: u64,
+    sum: Sha1,
+}
+
+impl RecoveredFragment {
+    async fn into_completed(self, dir: &Path) -> LocalFragment {
+        if let Err(e) = self.commits.close().await {
+            tracing::warn!(error = %e, "closing recovered commit log");
+        }
+        let file = FragmentFile::with_file(dir, self.fragment.begin, self.file);
+        LocalFragment {
+            fragment: self.fragment,
+            file: Rc::new(file),
+        }
+    }
+}
+
+/// Creates the journal directory and its `JOURNAL` file, or checks that an
+/// existing directory belongs to `journal`. Blocking, once per `open`.
+fn prepare_dir(dir: &Path, journal: &str) -> Result<(), StorageError> {
+    std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
+    let path = dir.join(JOURNAL_FILE);
+    match std::fs::read(&path) {
+        // An empty file is a JOURNAL write lost to power failure: rewrite it.
+        Ok(found) if !found.is_empty() => {
+            if found != journal.as_bytes() {
+                return Err(StorageError::JournalMismatch {
+                    dir: dir.to_owned(),
+                    journal: journal.to_owned(),
+                    found: String::from_utf8_lossy(&found).into_owned(),
+                });
+            }
+            Ok(())
+        }
+        Ok(_) => std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e))
+        }
+        Err(e) => Err(StorageError::io("reading", &path, e)),
+    }
+}
+
+/// Begins of the fragments in `dir` (named `<begin %016x>.spool`), ascending.
+/// Commit logs without a content file are leftovers of a deletion cut short,
+/// and are removed. Blocking, once per `open`.
+fn list_fragments(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut spools = Vec::new();
+    let mut logs = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("listing", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io("listing", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(begin) = name.strip_suffix(".spool").and_then(parse_begin) {
+            spools.push(begin);
+        } else if let Some(begin) = name.strip_suffix(".commits").and_then(parse_begin) {
+            logs.push(begin);
+        }
+    }
+    spools.sort_unstable();
+    for begin in logs {
+        if spools.binary_search(&begin).is_err() {
+            let path = dir.join(format!("{begin:016x}.commits"));
+            tracing::warn!(path = %path.display(), "removing commit log without content file");
+            std::fs::remove_file(&path).map_err(|e| StorageError::io("removing", &path, e))?;
+        }
+    }
+    Ok(spools)
+}
+
+fn parse_begin(hex: &str) -> Option<i64> {
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    i64::try_from(u64::from_str_radix(hex, 16).ok()?).ok()
+}
+
+/// Recovers the fragment beginning at `begin`, or deletes its files and
+/// returns None if it has no committed content.
+async fn recover_fragment(
+    dir: &Path,
+    journal: &str,
+    begin: i64,
+) -> Result<Option<RecoveredFragment>, StorageError> {
+    let names = FragmentFile::new(dir, begin);
+    let (path, log_path) = (names.path(), names.commits_path());
+
+    let file = open_rw(path, false)
+        .await
+        .map_err(|e| StorageError::io("opening", path, e))?;
+    let content_len = file
+        .file_size()
+        .await
+        .map_err(|e| StorageError::io("sizing", path, e.into()))?;
+
+    let log = match open_rw(log_path, false).await {
+        Ok(log) => Some(log),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(StorageError::io("opening", log_path, e)),
+    };
+    let mut scanned = None;
+    let mut log_len = 0;
+    if let Some(log) = &log {
+        log_len = log
+            .file_size()
+            .await
+            .map_err(|e| StorageError::io("sizing", log_path, e.into()))?;
+        let buf = read_up_to(log, 0, log_len as usize)
+            .await
+            .map_err(|e| StorageError::io("reading", log_path, e))?;
+        scanned = record::scan(&buf, begin, content_len);
+    }
+
+    let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin), log) else {
+        tracing::warn!(journal, begin, path = %path.display(), "removing spool without committed content");
+        names.remove().await?;
+        return Ok(None);
+    };
+
+    let committed_len = (scanned.end - begin) as u64;
+    if content_len > committed_len {
+        tracing::warn!(
+            journal,
+            begin,
+            end = scanned.end,
+            cut = content_len - committed_len,
+            "cutting uncommitted spool content"
+        );
+        file.truncate(committed_len)
+            .await
+            .map_err(|e| StorageError::io("truncating", path, e.into()))?;
+    }
+    if log_len > scanned.valid_len as u64 {
+        tracing::warn!(
+            journal,
+            begin,
+            cut = log_len - scanned.valid_len as u64,
+            "cutting torn commit log tail"
+        );
+        log.truncate(scanned.valid_len as u64)
+            .await
+            .map_err(|e| StorageError::io("truncating", log_path, e.into()))?;
+    }
+
+    let sum = hash_content(&file, committed_len)
+        .await
+        .map_err(|e| StorageError::io("re-hashing", path, e))?;
+    let fragment = Fragment {
+        journal: journal.to_owned(),
+        begin,
+        end: scanned.end,
+        sum: Some(sum_of(&sum)),
+        compression_codec: scanned.codec,
+        backing_store: String::new(),
+        mod_time: 0,
+        path_postfix: String::new(),
+    };
+    tracing::info!(
+        journal,
+        begin,
+        end = scanned.end,
+        records = scanned.records,
+        "recovered spool fragment"
+    );
+    Ok(Some(RecoveredFragment {
+        fragment,
+        registers: scanned.registers,
+        first_append_time: scanned.first_append_unix_ms.and_then(from_unix_ms),
+        file,
+        commits: log,
+        commits_len: scanned.valid_len as u64,
+        sum,
+    }))
+}
+
+/// SHA-1 over the first `len` bytes of `file`.
+async fn hash_content(file: &BufferedFile, len: u64) -> std::io::Result<Sha1> {
+    let mut sum = Sha1::new();
+    let mut pos = 0u64;
+    while pos < len {
+        let want = (len - pos).min(RECOVERY_READ_LEN as u64) as usize;
+        let chunk = read_up_to(file, pos, want).await?;
+        if chunk.len() != want {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        sum.update(&chunk);
+        pos += want as u64;
+    }
+    Ok(sum)
+}
+
+async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    let handle = Directory::open(dir)
+        .await
+        .map_err(|e| StorageError::io("opening", dir, e.into()))?;
+    handle
+        .sync()
+        .await
+        .map_err(|e| StorageError::io("syncing", dir, e.into()))?;
+    let _ = handle.close().await;
+    Ok(())
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    }
+}
+
+fn from_unix_ms(ms: i64) -> Option<SystemTime> {
+    UNIX_EPOCH.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sha::sum_of_bytes;
+    use crate::testing::{labels, run};
+    use protocol::CompressionCodec::{Gzip, None as Raw, Snappy};
+
+    const J: &str = "a/journal";
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    async fn read_all(file: &FragmentFile, f: &Fragment) -> Vec<u8> {
+        file.read_at(f.begin, (f.end - f.begin) as usize)
+            .await
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn write_commit_rollback() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (mut spool, completed) = Spool::open(tmp.path(), J, Snappy).await.unwrap();
+            assert!(completed.is_empty());
+            let empty = spool.fragment().clone();
+            assert_eq!((empty.begin, empty.end), (0, 0));
+            assert_eq!(empty.journal, J);
+            assert_eq!(empty.sum, Some(zero_sum()));
+            assert_eq!(empty.compression_codec, Snappy as i32);
+            assert_eq!(spool.next(), empty);
+            assert!(spool.first_append_time().is_none());
+
+            spool.write(&b("foo")).await.unwrap();
+            spool.write(&b("bar")).await.unwrap();
+            assert_eq!(spool.delta(), 6);
+            // Pending content is invisible.
+            assert_eq!(spool.fragment(), &empty);
+            let next = spool.next();
+            assert_eq!((next.begin, next.end), (0, 6));
+            assert_eq!(next.sum, Some(sum_of_bytes(b"foobar")));
+
+            let regs = labels(&[("AA", "11")]);
+            let committed = spool.commit(regs.clone()).await.unwrap();
+            assert_eq!(committed, next);
+            assert_eq!(spool.fragment(), &next);
+            assert_eq!(spool.registers(), &regs);
+            assert_eq!(spool.delta(), 0);
+            assert!(spool.first_append_time().is_some());
+            assert_eq!(committed.backing_store, "");
+            assert_eq!(committed.mod_time, 0);
+            assert_eq!(committed.path_postfix, "");
+
+            // A rolled-back write is overwritten by the next one.
+            spool.write(&b("XXXXXXXX")).await.unwrap();
+            spool.rollback();
+            assert_eq!(spool.delta(), 0);
+            assert_eq!(spool.next(), committed);
+            spool.write(&b("baz")).await.unwrap();
+            let committed = spool.commit(regs.clone()).await.unwrap();
+            assert_eq!((committed.begin, committed.end), (0, 9));
+            assert_eq!(committed.sum, Some(sum_of_bytes(b"foobarbaz")));
+
+            let file = spool.file();
+            assert_eq!(read_all(&file, &committed).await, b"foobarbaz");
+            // Reads within the fragment, and short reads at end of file.
+            assert_eq!(&file.read_at(3, 3).await.unwrap()[..], b"bar");
+            assert_eq!(&file.read_at(6, 100).await.unwrap()[..], b"bazXXXXX");
+            assert!(matches!(
+                file.read_at(-1, 1).await,
+                Err(StorageError::InvalidOffset { .. })
+            ));
+
+            // A commit of nothing with the same registers is a no-op.
+            assert_eq!(spool.commit(regs).await.unwrap(), committed);
+        });
+    }
+
+    #[test]
+    fn roll_completes_and_deletes_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            let dir = spool.dir().to_owned();
+            let regs = labels(&[("reg", "value")]);
+
+            // Rolling an empty spool leaves no files.
+            spool.write(&b("uncommitted")).await.unwrap();
+            assert!(spool.roll(100, Gzip).await.unwrap().is_none());
+            assert!(!dir.join(format!("{:016x}.spool", 0)).exists());
+            assert_eq!(spool.fragment().begin, 100);
+            assert_eq!(spool.fragment().compression_codec, Gzip as i32);
+
+            spool.write(&b("abcd")).await.unwrap();
+            spool.commit(regs.clone()).await.unwrap();
+            spool.write(&b("pending")).await.unwrap();
+            assert!(matches!(
+                spool.roll(103, Raw).await,
+                Err(StorageError::InvalidRoll {
+                    at: 103,
+                    end: 104,
+                    ..
+                })
+            ));
+            let done = spool.roll(104, Raw).await.unwrap().expect("has content");
+            assert_eq!((done.fragment.begin, done.fragment.end), (100, 104));
+            assert_eq!(done.fragment.sum, Some(sum_of_bytes(b"abcd")));
+            assert_eq!(done.fragment.compression_codec, Gzip as i32);
+            assert_eq!(read_all(&done.file, &done.fragment).await, b"abcd");
+            // Rolled-back bytes were cut from the completed file.
+            assert_eq!(std::fs::metadata(done.file.path()).unwrap().len(), 4);
+
+            let f = spool.fragment().clone();
+            assert_eq!((f.begin, f.end, f.sum), (104, 104, Some(zero_sum())));
+            assert_eq!(spool.registers(), &regs);
+            assert_eq!(spool.delta(), 0);
+            assert!(spool.first_append_time().is_none());
+
+            // The completed fragment's files go away on remove, while its open
+            // file stays readable.
+            done.file.remove().await.unwrap();
+            assert!(!done.file.path().exists());
+            assert!(!done.file.commits_path().exists());
+            assert_eq!(read_all(&done.file, &done.fragment).await, b"abcd");
+        });
+    }
+
+    #[test]
+    fn recovery_cuts_uncommitted_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            let regs = labels(&[("AA", "11"), ("BB", "22")]);
+            let (committed, first_append) = {
+                let (mut spool, _) = Spool::open(&root, J, Snappy).await.unwrap();
+                spool.roll(1000, Gzip).await.unwrap();
+                spool.write(&b("hello ")).await.unwrap();
+                spool.commit(labels(&[("AA", "11")])).await.unwrap();
+                spool.write(&b("world")).await.unwrap();
+                let committed = spool.commit(regs.clone()).await.unwrap();
+                spool.write(&b(" never acknowledged")).await.unwrap();
+                (committed, spool.first_append_time().unwrap())
+                // Dropped without committing the pending bytes.
+            };
+
+            let (mut spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+            assert!(completed.is_empty());
+            assert_eq!(spool.fragment(), &committed);
+            assert_eq!(committed.sum, Some(sum_of_bytes(b"hello world")));
+            assert_eq!(committed.compression_codec, Gzip as i32);
+            assert_eq!(spool.registers(), &regs);
+            let recovered = spool.first_append_time().unwrap();
+            let drift = recovered
+                .duration_since(first_append)
+                .or_else(|e| Ok::<_, ()>(e.duration()))
+                .unwrap();
+            assert!(drift < Duration::from_millis(1));
+            let file = spool.file();
+            assert_eq!(std::fs::metadata(file.path()).unwrap().len(), 11);
+            assert_eq!(&file.read_at(1000, 100).await.unwrap()[..], b"hello world");
+
+            // Appending continues where the commits left off.
+            spool.write(&b("!")).await.unwrap();
+            let f = spool.commit(regs.clone()).await.unwrap();
+            assert_eq!((f.begin, f.end), (1000, 1012));
+            assert_eq!(f.sum, Some(sum_of_bytes(b"hello world!")));
+            drop(spool);
+
+            let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            assert_eq!(spool.fragment(), &f);
+            assert_eq!(spool.registers(), &regs);
+        });
+    }
+
+    #[test]
+    fn recovery_ignores_torn_commit_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            let (first, log_path) = {
+                let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+                spool.write(&b("first")).await.unwrap();
+                let first = spool.commit(labels(&[("k", "1")])).await.unwrap();
+                spool.write(&b("second")).await.unwrap();
+                spool.commit(labels(&[("k", "2")])).await.unwrap();
+                (first, spool.file().commits_path().to_owned())
+            };
+            // Tear the last record: cut the log mid-record.
+            let len = std::fs::metadata(&log_path).unwrap().len();
+            let log = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&log_path)
+                .unwrap();
+            log.set_len(len - 5).unwrap();
+            drop(log);
+
+            let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            assert_eq!(spool.fragment(), &first);
+            assert_eq!(spool.registers(), &labels(&[("k", "1")]));
+            let file = spool.file();
+            assert_eq!(std::fs::metadata(file.path()).unwrap().len(), 5);
+            // The torn tail was cut, so new records follow the intact ones.
+            spool.write(&b("third")).await.unwrap();
+            let third = spool.commit(labels(&[("k", "3")])).await.unwrap();
+            drop(spool);
+            let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            assert_eq!(spool.fragment(), &third);
+            assert_eq!(third.sum, Some(sum_of_bytes(b"firstthird")));
+            assert_eq!(spool.registers(), &labels(&[("k", "3")]));
+        });
+    }
+
+    #[test]
+    fn recovery_of_several_fragments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            let (a, b_) = {
+                let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+                spool.write(&b("aaaa")).await.unwrap();
+                spool.commit(LabelSet::default()).await.unwrap();
+                let a = spool.roll(4, Snappy).await.unwrap().unwrap();
+                spool.write(&b("bb")).await.unwrap();
+                spool.commit(labels(&[("x", "y")])).await.unwrap();
+                let b_ = spool.roll(10, Raw).await.unwrap().unwrap();
+                // A spool written but never committed: discarded on recovery.
+                spool.write(&b("cc")).await.unwrap();
+                (a.fragment, b_.fragment)
+            };
+            let dir = journal_dir(&root, J);
+            assert!(dir.join(format!("{:016x}.spool", 10)).exists());
+
+            let (spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+            assert!(!dir.join(format!("{:016x}.spool", 10)).exists());
+            // The greatest non-empty fragment is the spool again.
+            assert_eq!(spool.fragment(), &b_);
+            assert_eq!(spool.registers(), &labels(&[("x", "y")]));
+            assert_eq!(completed.len(), 1);
+            assert_eq!(completed[0].fragment, a);
+            assert_eq!(read_all(&completed[0].file, &a).await, b"aaaa");
+            assert_eq!(std::fs::read_to_string(dir.join("JOURNAL")).unwrap(), J);
+        });
+    }
+
+    #[test]
+    fn journal_mismatch_and_poison() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            let dir = journal_dir(&root, J);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("JOURNAL"), "another/journal").unwrap();
+            assert!(matches!(
+                Spool::open(&root, J, Raw).await,
+                Err(StorageError::JournalMismatch { .. })
+            ));
+            std::fs::remove_file(dir.join("JOURNAL")).unwrap();
+
+            let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            spool.write(&b("ok")).await.unwrap();
+            spool.sync().await.unwrap();
+            spool.poison_for_test();
+            for result in [
+                spool.write(&b("x")).await.err(),
+                spool.commit(LabelSet::default()).await.err(),
+                spool.sync().await.err(),
+                spool.roll(10, Raw).await.err(),
+            ] {
+                assert!(
+                    matches!(result, Some(StorageError::Poisoned { .. })),
+                    "{result:?}"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn large_content_rehash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            // Spans several recovery read chunks.
+            let content: Vec<u8> = (0..(2 * RECOVERY_READ_LEN + 12345))
+                .map(|i| (i % 251) as u8)
+                .collect();
+            let committed = {
+                let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+                for chunk in content.chunks(32 * 1024) {
+                    spool.write(&Bytes::copy_from_slice(chunk)).await.unwrap();
+                }
+                spool.commit(LabelSet::default()).await.unwrap()
+            };
+            assert_eq!(committed.sum, Some(sum_of_bytes(&content)));
+            let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            assert_eq!(spool.fragment(), &committed);
+        });
+    }
+}
