@@ -457,13 +457,13 @@ pub fn check_header(h: &Header, ctx: &str) {
         etcd.cluster_id != 0 && etcd.member_id != 0 && etcd.revision > 0 && etcd.raft_term != 0,
         "{ctx}: header etcd fields must be non-zero (Go clients reject it): {h:?}"
     );
-    if let Some(id) = &h.process_id {
-        if !(id.zone.is_empty() && id.suffix.is_empty()) {
-            assert!(
-                !id.zone.is_empty() && id.suffix.len() >= 4,
-                "{ctx}: invalid process_id {id:?}"
-            );
-        }
+    if let Some(id) = &h.process_id
+        && !(id.zone.is_empty() && id.suffix.is_empty())
+    {
+        assert!(
+            !id.zone.is_empty() && id.suffix.len() >= 4,
+            "{ctx}: invalid process_id {id:?}"
+        );
     }
     let route = h.route.clone().unwrap_or_default();
     let mut sorted = route.members.clone();
@@ -1079,9 +1079,7 @@ impl RawStream {
             builder = builder.header(*k, *v);
         }
         let req = builder.body(()).expect("request");
-        let (response, send) = send_request
-            .send_request(req, false)
-            .expect("send_request");
+        let (response, send) = send_request.send_request(req, false).expect("send_request");
         RawStream {
             send,
             response: Some(response),
@@ -1168,7 +1166,9 @@ async fn read_raw_response(response: h2::client::ResponseFuture) -> RawOutcome {
                         Ok(Some(f)) => messages.push(f),
                         Ok(None) => break,
                         Err(e) => {
-                            let e = RpcError::internal(format!("test client: bad response framing: {e}"));
+                            let e = RpcError::internal(format!(
+                                "test client: bad response framing: {e}"
+                            ));
                             return done(Some(headers), messages, Err(e));
                         }
                     }
@@ -1179,8 +1179,11 @@ async fn read_raw_response(response: h2::client::ResponseFuture) -> RawOutcome {
         }
     }
     let status = match body.trailers().await {
-        Ok(Some(t)) => protocol::grpc::status_from_headers(&t)
-            .unwrap_or_else(|| Err(RpcError::internal("test client: trailers without grpc-status"))),
+        Ok(Some(t)) => protocol::grpc::status_from_headers(&t).unwrap_or_else(|| {
+            Err(RpcError::internal(
+                "test client: trailers without grpc-status",
+            ))
+        }),
         Ok(None) => Err(RpcError::internal("test client: response without trailers")),
         Err(e) => Err(RpcError::from(e)),
     };
@@ -1237,8 +1240,11 @@ pub fn make_record(writer: u32, seq: u32, payload_len: usize) -> Vec<u8> {
     r
 }
 
+/// A parsed record's (offset, writer, seq, total length).
+pub type RecordAt = (u64, u32, u32, usize);
+
 /// Parses consecutive records; Err(offset, why) at the first byte that isn't a valid record.
-pub fn parse_records(data: &[u8]) -> Result<Vec<(u64, u32, u32, usize)>, (usize, String)> {
+pub fn parse_records(data: &[u8]) -> Result<Vec<RecordAt>, (usize, String)> {
     let mut out = vec![];
     let mut at = 0usize;
     while at < data.len() {

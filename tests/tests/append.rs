@@ -557,7 +557,7 @@ async fn first_fragment_is_rolled_after_first_append() {
             .filter_map(|m| {
                 m.fragment
                     .as_ref()
-                    .map(|f| (m.offset, f.begin, f.end, f.sum.clone()))
+                    .map(|f| (m.offset, f.begin, f.end, f.sum))
             })
             .collect();
         assert_eq!(

@@ -1,0 +1,191 @@
+//! Thread-per-core pinning (`--tpc.cores 2`): a connection accepted by one core can
+//! append to and read journals owned by the other core. Responses carry
+//! `x-courant-core` (the core that accepted the connection) and
+//! `x-courant-owner-core` (the core owning the journal, on journal-scoped RPCs).
+
+use bytes::Bytes;
+use courant_tests::protocol::grpc::Channel;
+use courant_tests::protocol::{AppendRequest, ReadRequest, ReadResponse, Status};
+use courant_tests::*;
+use std::collections::HashMap;
+
+/// The `x-courant-owner-core` of `journal`, from a non-blocking Read; also checks the
+/// Read's `x-courant-core` equals `conn_core` if given.
+async fn owner_core(ch: &Channel, journal: &str) -> (u32, Option<String>) {
+    let mut call = read_stream(
+        ch,
+        &ReadRequest {
+            journal: journal.into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("Read");
+    let (msgs, end) = collect::<ReadResponse>(&mut call).await;
+    end.unwrap_or_else(|e| panic!("Read {journal}: {e}"));
+    assert_status(
+        msgs[0].status,
+        Status::OffsetNotYetAvailable,
+        "read of an empty journal",
+    );
+    let h = call.response_headers();
+    let owner = header_value(h, "x-courant-owner-core")
+        .unwrap_or_else(|| panic!("Read {journal}: no x-courant-owner-core header in {h:?}"));
+    let owner: u32 = owner.parse().expect("numeric owner core");
+    (owner, header_value(h, "x-courant-core"))
+}
+
+/// The core that accepted `ch`'s connection, from a List response's `x-courant-core`.
+async fn accepting_core(ch: &Channel) -> u32 {
+    let mut call = ch
+        .server_streaming(
+            LIST,
+            &courant_tests::protocol::ListRequest {
+                selector: Some(selector(&[("name", "none/such")], &[])),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("List");
+    let (_, end) = collect::<courant_tests::protocol::ListResponse>(&mut call).await;
+    end.expect("List");
+    header_value(call.response_headers(), "x-courant-core")
+        .unwrap_or_else(|| panic!("no x-courant-core header in {:?}", call.response_headers()))
+        .parse()
+        .expect("numeric core")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_core_append_and_read() {
+    within(90, async {
+        let b = Broker::start(&["--tpc.cores", "2"]).await;
+        let ch = b.connect().await;
+        let names: Vec<String> = (0..32).map(|i| format!("pin/journal-{i:02}")).collect();
+        let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        create_journals(&ch, &refs).await;
+
+        // Which core owns which journal? Ownership must be stable across calls and
+        // connections.
+        let mut owners: HashMap<u32, String> = HashMap::new();
+        for n in &names {
+            let (o, _) = owner_core(&ch, n).await;
+            assert!(o < 2, "{n}: owner core {o} out of range for --tpc.cores 2");
+            let (again, _) = owner_core(&b.connect().await, n).await;
+            assert_eq!(o, again, "{n}: owner core is stable");
+            owners.entry(o).or_insert_with(|| n.clone());
+        }
+        let j0 = owners
+            .get(&0)
+            .cloned()
+            .expect("some journal owned by core 0 (of 32)");
+        let j1 = owners
+            .get(&1)
+            .cloned()
+            .expect("some journal owned by core 1 (of 32)");
+
+        // Find connections accepted by each core.
+        let mut conns: HashMap<u32, Channel> = HashMap::new();
+        for _ in 0..64 {
+            let c = b.connect().await;
+            let core = accepting_core(&c).await;
+            assert!(core < 2, "accepting core {core} out of range");
+            conns.entry(core).or_insert(c);
+            if conns.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(
+            conns.len(),
+            2,
+            "64 connections were all accepted by one core"
+        );
+
+        // Append + Read each journal on the connection of the OTHER core.
+        for (conn_core, journal, owner) in [(1u32, &j0, 0u32), (0u32, &j1, 1u32)] {
+            let c = &conns[&conn_core];
+            let ctx = format!("{journal} (owner core {owner}) via core {conn_core}");
+            let data = format!("hello from core {conn_core} to {journal}");
+            let out = append_full(
+                c,
+                AppendRequest {
+                    journal: journal.clone(),
+                    ..Default::default()
+                },
+                &[Bytes::from(data.clone())],
+                true,
+            )
+            .await;
+            let resp = out.result.unwrap_or_else(|e| panic!("{ctx}: Append: {e}"));
+            check_append_response(&resp, &ctx);
+            assert_status(resp.status, Status::Ok, &ctx);
+            check_routed_header(resp.header.as_ref().unwrap(), &b, &ctx);
+            let h = out.headers.as_ref();
+            assert_eq!(
+                header_value(h, "x-courant-core"),
+                Some(conn_core.to_string()),
+                "{ctx}: Append x-courant-core"
+            );
+            assert_eq!(
+                header_value(h, "x-courant-owner-core"),
+                Some(owner.to_string()),
+                "{ctx}: Append x-courant-owner-core"
+            );
+
+            let (content, head) = read_all(c, journal, 0).await;
+            assert_eq!(String::from_utf8_lossy(&content), data, "{ctx}: Read");
+            assert_eq!(head, data.len() as i64);
+            let (o, core) = owner_core(c, journal).await;
+            assert_eq!(o, owner, "{ctx}: Read x-courant-owner-core");
+            assert_eq!(
+                core,
+                Some(conn_core.to_string()),
+                "{ctx}: Read x-courant-core"
+            );
+        }
+
+        // Concurrent cross-core traffic: both connections append to both journals.
+        let mut tasks = vec![];
+        for (core, c) in &conns {
+            for (k, j) in [&j0, &j1].into_iter().enumerate() {
+                let c = c.clone();
+                let j = j.clone();
+                let w = core * 2 + k as u32;
+                tasks.push(tokio::spawn(async move {
+                    let mut out = vec![];
+                    for seq in 0..15 {
+                        let rec = make_record(w, seq, 200 + (seq as usize * 97) % 900);
+                        let resp = append_ok(&c, &j, &rec).await;
+                        out.push((j.clone(), resp.commit.unwrap().begin, rec));
+                    }
+                    out
+                }));
+            }
+        }
+        let mut by_journal: HashMap<String, Vec<(i64, Vec<u8>)>> = HashMap::new();
+        for t in tasks {
+            for (j, begin, rec) in t.await.expect("task") {
+                by_journal.entry(j).or_default().push((begin, rec));
+            }
+        }
+        for (j, mut spans) in by_journal {
+            spans.sort_by_key(|s| s.0);
+            for c in conns.values() {
+                let content = read_content(c, &j).await;
+                for (begin, rec) in &spans {
+                    let at = *begin as usize;
+                    assert!(content.len() >= at + rec.len(), "{j}: content too short");
+                    assert!(
+                        content[at..at + rec.len()] == rec[..],
+                        "{j}: record at {begin}"
+                    );
+                }
+                let records = parse_records(
+                    &content[content.len() - spans.iter().map(|s| s.1.len()).sum::<usize>()..],
+                )
+                .unwrap_or_else(|e| panic!("{j}: {e:?}"));
+                assert_eq!(records.len(), spans.len(), "{j}: record count");
+            }
+        }
+    })
+    .await
+}
