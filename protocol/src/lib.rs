@@ -11,3 +11,6 @@ mod generated {
 pub use generated::*;
 
 pub mod grpc;
+pub mod labels;
+pub mod sum;
+pub mod validate;
