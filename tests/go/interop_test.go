@@ -750,3 +750,24 @@ func TestRouteCacheDirectDispatch(t *testing.T) {
 		t.Errorf("do_not_proxy read via route cache: got %q, err %v", got, err)
 	}
 }
+
+// TestJournalNotFound: Append and Read of a journal that was never applied
+// surface ErrJournalNotFound (Append does not retry it; RetryReader gives up
+// after a few attempts).
+func TestJournalNotFound(t *testing.T) {
+	var ctx, rjc = setup(t)
+	var j = journalName(t, "never-applied")
+
+	var resp, err = client.Append(ctx, rjc, pb.AppendRequest{Journal: j}, strings.NewReader("x"))
+	if !errors.Is(err, client.ErrJournalNotFound) {
+		t.Errorf("append to missing journal: err %v (response %v); want %v", err, resp, client.ErrJournalNotFound)
+	} else if resp.Header.ProcessId.Suffix == "" || resp.Header.Route.Primary != -1 {
+		t.Errorf("JOURNAL_NOT_FOUND header %v: want process_id set and route primary -1", resp.Header)
+	}
+
+	var rr = client.NewRetryReader(ctx, rjc, pb.ReadRequest{Journal: j, Offset: 0, Block: true})
+	got, err := readUntilErr(rr)
+	if !errors.Is(err, client.ErrJournalNotFound) || len(got) != 0 {
+		t.Errorf("read of missing journal: got %q, err %v; want %v", got, err, client.ErrJournalNotFound)
+	}
+}
