@@ -138,7 +138,7 @@ pub fn encode_frame<M: prost::Message>(msg: &M) -> Bytes {
 pub fn decode_message<M: prost::Message + Default>(body: Bytes) -> Result<M, RpcError> {
     M::decode(body).map_err(|err| {
         RpcError::new(
-            Code::InvalidArgument,
+            Code::Internal,
             format!("grpc: failed to unmarshal the received message: {err}"),
         )
     })
@@ -180,19 +180,18 @@ impl FrameDecoder {
     /// Returns the next complete frame body, `Ok(None)` if more input is needed.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, RpcError> {
         // Fast path: nothing carried over and the first chunk holds a whole frame.
-        if self.buf.is_empty() {
-            if let Some(front) = self.chunks.front_mut() {
-                if front.len() >= 5 {
-                    let len = Self::check_prefix(self.max_len, &front[..5])?;
-                    if front.len() >= 5 + len {
-                        let mut frame = front.split_to(5 + len);
-                        if front.is_empty() {
-                            self.chunks.pop_front();
-                        }
-                        frame.advance(5);
-                        return Ok(Some(frame));
-                    }
+        if self.buf.is_empty()
+            && let Some(front) = self.chunks.front_mut()
+            && front.len() >= 5
+        {
+            let len = Self::check_prefix(self.max_len, &front[..5])?;
+            if front.len() >= 5 + len {
+                let mut frame = front.split_to(5 + len);
+                if front.is_empty() {
+                    self.chunks.pop_front();
                 }
+                frame.advance(5);
+                return Ok(Some(frame));
             }
         }
         // Slow path: gather chunks until a whole frame is buffered.
@@ -334,10 +333,10 @@ fn status_headers(map: &mut HeaderMap, outcome: &Result<(), RpcError>) {
         Err(err) => (err.code as u32, Some(encode_grpc_message(&err.message))),
     };
     map.insert("grpc-status", HeaderValue::from(code));
-    if let Some(message) = message {
-        if let Ok(v) = HeaderValue::from_str(&message) {
-            map.insert("grpc-message", v);
-        }
+    if let Some(message) = message
+        && let Ok(v) = HeaderValue::from_str(&message)
+    {
+        map.insert("grpc-message", v);
     }
 }
 
@@ -486,6 +485,7 @@ impl ServerCall {
             outbound: Outbound {
                 respond,
                 sender: None,
+                headers: HeaderMap::new(),
             },
         }
     }
@@ -511,17 +511,25 @@ impl ServerCall {
 pub struct Outbound {
     respond: h2::server::SendResponse<Bytes>,
     sender: Option<FrameSender>,
+    headers: HeaderMap,
 }
 
 impl Outbound {
+    /// Adds a response header (initial metadata), sent with the first message or the
+    /// Trailers-Only response. Has no effect once headers were sent.
+    pub fn insert_header(&mut self, name: &'static str, value: HeaderValue) {
+        self.headers.insert(name, value);
+    }
+
     fn start(&mut self) -> Result<&mut FrameSender, RpcError> {
         if self.sender.is_none() {
-            let resp = Response::builder()
+            let mut resp = Response::builder()
                 .status(200)
                 .header("content-type", "application/grpc")
                 .header("grpc-accept-encoding", "identity")
                 .body(())
                 .expect("static response headers are valid");
+            resp.headers_mut().extend(std::mem::take(&mut self.headers));
             let send = self.respond.send_response(resp, false)?;
             self.sender = Some(FrameSender::new(send));
         }
@@ -547,6 +555,7 @@ impl Outbound {
                     .status(200)
                     .header("content-type", "application/grpc");
                 if let Some(h) = builder.headers_mut() {
+                    h.extend(std::mem::take(&mut self.headers));
                     status_headers(h, &outcome);
                 }
                 let resp = builder.body(()).expect("status headers are valid");
@@ -647,11 +656,18 @@ impl Channel {
         req: &Req,
     ) -> Result<Resp, RpcError> {
         let mut call = self.call(path).await?;
-        call.sender.send_frame(encode_frame(req), true).await?;
-        let resp = call
-            .next::<Resp>()
-            .await?
-            .ok_or_else(|| RpcError::internal("grpc: unary call returned no message"))?;
+        // A server may answer (e.g. UNIMPLEMENTED) and reset before taking the request:
+        // its status is the error to report, not the failed send.
+        let sent = call.sender.send_frame(encode_frame(req), true).await;
+        let resp = match call.next::<Resp>().await {
+            Err(err) => return Err(err),
+            Ok(resp) => {
+                sent?;
+                resp
+            }
+        };
+        let resp =
+            resp.ok_or_else(|| RpcError::internal("grpc: unary call returned no message"))?;
         // Drain to the trailers so a trailing error is not missed.
         if call.next::<Resp>().await?.is_some() {
             return Err(RpcError::internal("grpc: unary call returned two messages"));
@@ -666,7 +682,8 @@ impl Channel {
         req: &Req,
     ) -> Result<ClientCall, RpcError> {
         let mut call = self.call(path).await?;
-        call.sender.send_frame(encode_frame(req), true).await?;
+        // A send that fails because the server already answered is reported by `next`.
+        let _ = call.sender.send_frame(encode_frame(req), true).await;
         Ok(call)
     }
 }
@@ -682,8 +699,10 @@ impl ClientCall {
         if self.done {
             return Ok(None);
         }
-        if let Some(response) = self.response.take() {
+        if let Some(response) = self.response.as_mut() {
+            // Awaited in place: if this future is dropped, the next call resumes waiting.
             let resp = response.await?;
+            self.response = None;
             self.headers = Some(resp.headers().clone());
             if let Some(outcome) = status_from_headers(resp.headers()) {
                 // Trailers-Only: the call ended without messages.

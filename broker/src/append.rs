@@ -1,0 +1,371 @@
+//! The Append RPC, as a sequence of Gazette's append-FSM steps on the journal's owner core:
+//! resolve → acquire the spool → validate preconditions → (update suspension) → stream
+//! content → commit (or roll back).
+//!
+//! Lives on: the journal's owner core. The spool is held through an async mutex (Gazette's
+//! "acquire pipeline"), never through a `RefCell` borrow across an `.await`.
+
+use crate::call::{CallIn, CallOut};
+use crate::core::Core;
+use crate::flow::MinRate;
+use crate::resolver::{self, Args, Resolution};
+use protocol::append_request::Suspend as SuspendMode;
+use protocol::grpc::RpcError;
+use protocol::journal_spec::suspend::Level;
+use protocol::validate::Validate;
+use protocol::{AppendRequest, AppendResponse, Fragment, JournalSpec, LabelSet, Status};
+use sha1::{Digest, Sha1};
+use std::rc::Rc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub async fn append(
+    core: &Rc<Core>,
+    req: AppendRequest,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
+    req.validate()
+        .map_err(|e| RpcError::unknown(e.to_string()))?;
+    let mut res = resolve(core, &req).await?;
+
+    // A suspended journal resumes on an ordinary append (SUSPEND_RESUME).
+    if res.status == Status::Suspended && req.suspend == SuspendMode::Resume as i32 {
+        let offset = suspend_of(res.spec.as_ref()).1;
+        update_suspend(core, &res, Level::None, offset).await?;
+        res = resolve(core, &req).await?;
+    }
+    if res.status != Status::Ok {
+        return respond_status(out, res.status, res.header, None).await;
+    }
+    let replica = core.replica(&res.journal).await?;
+    let mut spool = replica.spool.lock().await;
+    // Discard content of any earlier append that was abandoned mid-stream (its task was
+    // dropped on a deadline or cancellation before it could roll back itself).
+    spool.rollback();
+    // The keyspace may have moved while we waited for the spool: resolve again.
+    res = resolve(core, &req).await?;
+    if res.status != Status::Ok {
+        return respond_status(out, res.status, res.header, None).await;
+    }
+    let spec = res.spec.clone().expect("an OK resolution has a spec");
+
+    // Validate preconditions, in Gazette's order.
+    let registers = spool.registers().clone();
+    if let Some(check) = &req.check_registers
+        && !registers.labels.is_empty()
+        && !protocol::labels::matches(check, &registers)
+    {
+        return respond_status(out, Status::RegisterMismatch, res.header, Some(registers)).await;
+    }
+    let (level, suspend_offset) = suspend_of(Some(&spec));
+    let mut roll_to: Option<i64> = None;
+    if spool.fragment().end < suspend_offset {
+        roll_to = Some(suspend_offset);
+    }
+    let (index_min, index_max) = {
+        let index = replica.index.borrow();
+        (index.begin(), index.write_head())
+    };
+    let spool_end = roll_to.unwrap_or(spool.fragment().end);
+    let max_offset = spool_end.max(index_max);
+    if spool_end != max_offset && req.offset == 0 && may_write(&spec) {
+        return respond_status(out, Status::IndexHasGreaterOffset, res.header, None).await;
+    }
+    if req.offset != 0 && req.offset != max_offset {
+        return respond_status(out, Status::WrongAppendOffset, res.header, None).await;
+    }
+    if req.offset != 0 && spool_end != max_offset {
+        roll_to = Some(max_offset);
+    }
+    let spool_end = roll_to.unwrap_or(spool_end);
+
+    let mut final_status = Status::Ok;
+    match SuspendMode::try_from(req.suspend).unwrap_or(SuspendMode::Resume) {
+        SuspendMode::Resume if level != Level::None => {
+            update_suspend(core, &res, Level::None, spool_end).await?;
+        }
+        SuspendMode::NoResume if level != Level::None => {
+            return respond_status(out, Status::Suspended, res.header, None).await;
+        }
+        SuspendMode::IfFlushed | SuspendMode::Now => {
+            if level != Level::Full && index_min == index_max {
+                update_suspend(core, &res, Level::Full, spool_end).await?;
+                let res = resolve(core, &req).await?;
+                return respond_status(out, res.status, res.header, None).await;
+            }
+            // A local index is never "clean" (fully persisted) until fragment stores exist,
+            // so only SUSPEND_NOW suspends partially here.
+            if level == Level::None && req.suspend == SuspendMode::Now as i32 {
+                update_suspend(core, &res, Level::Partial, spool_end).await?;
+                roll_to = Some(spool_end);
+                final_status = Status::Suspended;
+            } else if level == Level::Partial {
+                final_status = Status::Suspended;
+            }
+        }
+        _ => {}
+    }
+    // The spool holding the journal's first write is rolled after it, so the first
+    // fragment is completed promptly.
+    if spool.fragment().begin == index_min && roll_to.is_none() {
+        roll_to = Some(spool.fragment().end);
+    }
+
+    // Stream content.
+    if let Some(at) = maybe_roll(&spool, roll_to, &spec)
+        && let Some(done) = spool.roll(at, codec_of(&spec)).await.map_err(storage_err)?
+    {
+        replica.index.borrow_mut().add_local(done);
+    }
+    let begin = spool.fragment().end;
+    let mut summer = Sha1::new();
+    let mut total_chunks: i64 = 0;
+    let mut delayed_chunks: i64 = 0;
+    let mut appended: i64 = 0;
+    let mut min_rate = MinRate::new(core.cfg.min_append_rate);
+    let mut committing = false;
+    let streamed: Result<Status, RpcError> = async {
+        loop {
+            let Some(chunk) = min_rate.recv(input).await.map_err(with_context)? else {
+                if !committing {
+                    return Err(RpcError::unknown("append stream: unexpected EOF"));
+                }
+                return Ok(Status::Ok);
+            };
+            total_chunks += 1;
+            if committing {
+                return Err(RpcError::unknown(
+                    "append stream: expected EOF after empty Content chunk",
+                ));
+            }
+            chunk_is_content(&chunk)?;
+            if chunk.content.is_empty() {
+                committing = true;
+                continue;
+            }
+            if !may_write(&spec) || !may_carry_content(req.suspend) {
+                return Ok(Status::NotAllowed);
+            }
+            if let Some(wait) = replica.max_rate_wait(core, &spec, chunk.content.len()) {
+                delayed_chunks += 1;
+                glommio::timer::sleep(wait).await;
+            }
+            min_rate.on_bytes(chunk.content.len());
+            summer.update(&chunk.content);
+            spool.write(&chunk.content).await.map_err(storage_err)?;
+            appended += chunk.content.len() as i64;
+        }
+    }
+    .await;
+    let content_status = match streamed {
+        Ok(status) => status,
+        Err(err) => {
+            spool.rollback();
+            return Err(err);
+        }
+    };
+    if content_status != Status::Ok {
+        spool.rollback();
+        return respond_status(out, content_status, res.header, None).await;
+    }
+    if appended == 0 && (req.union_registers.is_some() || req.subtract_registers.is_some()) {
+        return Err(RpcError::unknown(
+            "append stream: register modification requires non-empty Append",
+        ));
+    }
+
+    // Commit: registers are updated with the content, atomically.
+    let mut next_registers = registers;
+    if let Some(sub) = &req.subtract_registers {
+        next_registers = protocol::labels::subtract(&next_registers, sub);
+    }
+    if let Some(uni) = &req.union_registers {
+        next_registers = protocol::labels::union(uni, &next_registers);
+    }
+    let committed = if appended == 0 {
+        spool.fragment().clone()
+    } else {
+        let committed = match spool.commit(next_registers).await {
+            Ok(committed) => committed,
+            Err(err) => {
+                spool.rollback();
+                return Err(storage_err(err));
+            }
+        };
+        replica.on_commit(&spool);
+        committed
+    };
+    let commit = Fragment {
+        journal: res.journal.clone(),
+        begin,
+        end: begin + appended,
+        // Over the client's bytes only; an empty append carries SHA1("") as in Gazette.
+        sum: Some(protocol::sum::sum_from_bytes(&summer.finalize().into())),
+        compression_codec: committed.compression_codec,
+        ..Default::default()
+    };
+    let resp = AppendResponse {
+        status: final_status as i32,
+        header: Some(res.header),
+        commit: Some(commit),
+        registers: Some(spool.registers().clone()),
+        total_chunks,
+        delayed_chunks,
+        store_health_error: String::new(),
+    };
+    out.send(&resp).await
+}
+
+async fn resolve(core: &Rc<Core>, req: &AppendRequest) -> Result<Resolution, RpcError> {
+    resolver::resolve(
+        core,
+        Args {
+            journal: &req.journal,
+            require_primary: true,
+            may_proxy: !req.do_not_proxy,
+            min_etcd_revision: req.min_etcd_revision,
+            proxy_header: req.header.as_ref(),
+        },
+    )
+    .await
+}
+
+async fn respond_status(
+    out: &mut CallOut,
+    status: Status,
+    header: protocol::Header,
+    registers: Option<LabelSet>,
+) -> Result<(), RpcError> {
+    let resp = AppendResponse {
+        status: status as i32,
+        header: Some(header),
+        registers,
+        ..Default::default()
+    };
+    out.send(&resp).await
+}
+
+/// A content chunk may carry nothing but content.
+fn chunk_is_content(chunk: &AppendRequest) -> Result<(), RpcError> {
+    chunk
+        .validate()
+        .map_err(|e| RpcError::unknown(format!("append stream: {e}")))?;
+    if !chunk.journal.is_empty() {
+        return Err(RpcError::unknown("append stream: expected Content chunk"));
+    }
+    Ok(())
+}
+
+/// Errors of the client's stream: Go wraps plain errors with "append stream", while gRPC
+/// transport statuses (size limits, compression) pass through as they are.
+fn with_context(err: RpcError) -> RpcError {
+    if err.code != protocol::grpc::Code::Unknown {
+        return err;
+    }
+    RpcError::new(err.code, format!("append stream: {}", err.message))
+}
+
+fn storage_err(err: storage::StorageError) -> RpcError {
+    RpcError::unknown(format!("spool: {err}"))
+}
+
+fn may_write(spec: &JournalSpec) -> bool {
+    matches!(spec.flags, 0 | 2 | 4)
+}
+
+fn codec_of(spec: &JournalSpec) -> protocol::CompressionCodec {
+    spec.fragment
+        .as_ref()
+        .and_then(|f| protocol::CompressionCodec::try_from(f.compression_codec).ok())
+        .unwrap_or(protocol::CompressionCodec::None)
+}
+
+fn suspend_of(spec: Option<&JournalSpec>) -> (Level, i64) {
+    match spec.and_then(|s| s.suspend.as_ref()) {
+        Some(s) => (Level::try_from(s.level).unwrap_or(Level::None), s.offset),
+        None => (Level::None, 0),
+    }
+}
+
+/// Gazette's maybeRollFragment: the offset to roll the spool to before this append, if any.
+fn maybe_roll(
+    spool: &storage::spool::Spool,
+    roll_to: Option<i64>,
+    spec: &JournalSpec,
+) -> Option<i64> {
+    let cur = spool.fragment();
+    let content_len = cur.end - cur.begin;
+    let fragment = spec.fragment.clone().unwrap_or_default();
+    let mut flush = content_len == 0
+        || content_len > fragment.length
+        || roll_to.is_some_and(|r| r != 0 && r != cur.begin);
+    let interval = fragment.flush_interval.map_or(0, |d| d.seconds);
+    if interval > 0 {
+        let first = spool
+            .first_append_time()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs() as i64);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if first / interval != now / interval {
+            flush = true;
+        }
+    }
+    if !flush {
+        return None;
+    }
+    let at = roll_to.filter(|&r| r != 0).unwrap_or(cur.end);
+    // An empty spool at the right offset with the right codec needs no roll.
+    if content_len == 0 && at == cur.end && cur.compression_codec == codec_of(spec) as i32 {
+        return None;
+    }
+    Some(at)
+}
+
+/// Writes a new suspension into the journal's spec, guarded by its mod revision.
+async fn update_suspend(
+    core: &Rc<Core>,
+    res: &Resolution,
+    level: Level,
+    offset: i64,
+) -> Result<(), RpcError> {
+    use crate::keyspace::{Compare, Op, item_key};
+    use prost::Message;
+    let item =
+        res.snapshot.journals.get(&res.journal).ok_or_else(|| {
+            RpcError::unknown("journal spec vanished while updating its suspension")
+        })?;
+    let mut spec = item.spec.clone();
+    spec.suspend = Some(protocol::journal_spec::Suspend {
+        level: level as i32,
+        offset,
+    });
+    let key = item_key(&core.cfg.etcd_prefix, &res.journal);
+    let out = core
+        .keyspace
+        .txn(
+            vec![Compare {
+                key: key.clone(),
+                mod_revision: item.mod_revision,
+            }],
+            vec![Op::Put {
+                key,
+                value: spec.encode_to_vec().into(),
+            }],
+        )
+        .await
+        .map_err(|e| RpcError::unknown(format!("updating journal suspension: {e}")))?;
+    if !out.succeeded {
+        return Err(RpcError::unknown(
+            "updating journal suspension: the journal spec changed concurrently; retry",
+        ));
+    }
+    core.keyspace.wait_for(out.revision).await;
+    Ok(())
+}
+
+/// Only ordinary appends may carry content; suspension controls are empty barriers.
+fn may_carry_content(mode: i32) -> bool {
+    mode == SuspendMode::Resume as i32 || mode == SuspendMode::NoResume as i32
+}

@@ -1,0 +1,121 @@
+//! Flags of `courant serve`. Gazette's names (and env vars) where Gazette has the knob;
+//! Courant's own knobs live in the `--tpc.*` group and `--data-dir`.
+
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeConfig {
+    /// Zone of this broker's ProcessSpec.ID.
+    #[arg(long = "broker.zone", env = "BROKER_ZONE", default_value = "local")]
+    pub zone: String,
+    /// Unique suffix of this broker's ProcessSpec.ID (default: "courant-" + hostname).
+    #[arg(long = "broker.id", env = "BROKER_ID")]
+    pub id: Option<String>,
+    /// Host advertised in this broker's endpoint (default: the OS hostname).
+    #[arg(long = "broker.host", env = "BROKER_HOST")]
+    pub host: Option<String>,
+    /// Port to serve on. 8080 is where gazctl looks by default.
+    #[arg(long = "broker.port", env = "BROKER_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Address to bind (Courant; Gazette binds all interfaces).
+    #[arg(long = "broker.bind", env = "BROKER_BIND", default_value = "0.0.0.0")]
+    pub bind: String,
+    /// Largest gRPC message accepted from a client, in bytes.
+    #[arg(
+        long = "broker.max-grpc-recv-size",
+        env = "BROKER_MAX_GRPC_RECV_SIZE",
+        default_value_t = 4 << 20
+    )]
+    pub max_grpc_recv_size: usize,
+    /// Maximum number of journals this broker may be assigned.
+    #[arg(long = "broker.limit", env = "BROKER_LIMIT", default_value_t = 1024)]
+    pub limit: u32,
+    /// Global cap on a journal's append rate in bytes/s (0 = none).
+    #[arg(
+        long = "broker.max-append-rate",
+        env = "BROKER_MAX_APPEND_RATE",
+        default_value_t = 0
+    )]
+    pub max_append_rate: i64,
+    /// Minimum rate, in bytes/s, at which a client must stream an append (0 = none).
+    #[arg(
+        long = "broker.min-append-rate",
+        env = "BROKER_MIN_APPEND_RATE",
+        default_value_t = 65536
+    )]
+    pub min_append_rate: i64,
+    /// Cap on the effective replication of any journal.
+    #[arg(
+        long = "broker.max-replication",
+        env = "BROKER_MAX_REPLICATION",
+        default_value_t = 9
+    )]
+    pub max_replication: i32,
+    /// Root prefix of the keyspace (Gazette's etcd layout; also used by the embedded keyspace).
+    #[arg(
+        long = "etcd.prefix",
+        env = "ETCD_PREFIX",
+        default_value = "/gazette/cluster"
+    )]
+    pub etcd_prefix: String,
+    /// Logging level: trace, debug, info, warn, error.
+    #[arg(long = "log.level", env = "LOG_LEVEL", default_value = "warn")]
+    pub log_level: String,
+    /// Directory for spools and the embedded keyspace.
+    #[arg(
+        long = "data-dir",
+        env = "COURANT_DATA_DIR",
+        default_value = "courant-data"
+    )]
+    pub data_dir: PathBuf,
+    /// Executor cores (threads pinned one per CPU). Default: every available CPU.
+    #[arg(long = "tpc.cores", env = "COURANT_TPC_CORES")]
+    pub cores: Option<usize>,
+    /// io_uring registered-buffer memory per core, in bytes.
+    #[arg(long = "tpc.io-memory", env = "COURANT_TPC_IO_MEMORY", default_value_t = 2 << 20)]
+    pub io_memory: usize,
+}
+
+impl ServeConfig {
+    pub fn cores(&self) -> usize {
+        self.cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
+    pub fn host(&self) -> String {
+        self.host.clone().unwrap_or_else(hostname)
+    }
+
+    pub fn broker_id(&self) -> String {
+        self.id.clone().unwrap_or_else(|| {
+            let host: String = hostname()
+                .chars()
+                .map(|c| {
+                    if c.is_alphanumeric() || "-_.".contains(c) {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            format!("courant-{host}")
+        })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}:{}", self.host(), self.port)
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

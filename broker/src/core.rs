@@ -1,0 +1,259 @@
+//! A Core: one glommio executor pinned to one CPU, owning the journals that hash to it.
+//!
+//! Lives on: its own executor thread. `Core` is `!Send` (it holds `Rc`s and `RefCell`s).
+//! Other cores reach it only through [`CoreMsg`]s on its bounded inbox.
+
+use crate::call::{self, CallIn, CallOut};
+use crate::config::ServeConfig;
+use crate::control::KeySpaceHandle;
+use crate::replica::Replica;
+use futures_lite::future;
+use http::HeaderValue;
+use protocol::grpc::{Code, RpcError, ServerCall, decode_message};
+use protocol::process_spec::Id;
+use protocol::{AppendRequest, FragmentsRequest, ReadRequest};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Depth of each core's inbox of forwarded calls.
+pub const INBOX_DEPTH: usize = 1024;
+
+/// The journal-scoped first request of a call, decoded once on the accepting core.
+pub enum FirstRequest {
+    Append(AppendRequest),
+    Read(ReadRequest),
+    Fragments(FragmentsRequest),
+}
+
+impl FirstRequest {
+    fn journal(&self) -> &str {
+        let name = match self {
+            FirstRequest::Append(r) => &r.journal,
+            FirstRequest::Read(r) => &r.journal,
+            FirstRequest::Fragments(r) => &r.journal,
+        };
+        protocol::validate::strip_meta(name)
+    }
+}
+
+/// Everything that crosses cores. Dropping a `Call` before it runs fails that one RPC
+/// (its client sees `Internal: the journal's owner core dropped the call`).
+pub enum CoreMsg {
+    Call {
+        first: FirstRequest,
+        input: CallIn,
+        output: CallOut,
+        timeout: Option<Duration>,
+    },
+}
+
+pub struct Core {
+    pub index: usize,
+    pub cores: usize,
+    pub cfg: Arc<ServeConfig>,
+    pub keyspace: KeySpaceHandle,
+    pub process_id: Id,
+    pub endpoint: String,
+    pub peers: Vec<flume::Sender<CoreMsg>>,
+    /// Replicas of journals owned by this core, opened on first use.
+    pub replicas: RefCell<HashMap<String, Rc<tokio::sync::OnceCell<Rc<Replica>>>>>,
+}
+
+/// The core that owns `journal`: a stable hash, identical on every core and every restart.
+pub fn owner_core(journal: &str, cores: usize) -> usize {
+    (crc32c::crc32c(journal.as_bytes()) as usize) % cores.max(1)
+}
+
+impl Core {
+    /// The replica of `journal` (which must be owned by this core), recovering its spool
+    /// on first use. Concurrent first uses share one open.
+    pub async fn replica(self: &Rc<Self>, journal: &str) -> Result<Rc<Replica>, RpcError> {
+        debug_assert_eq!(owner_core(journal, self.cores), self.index);
+        let cell = self
+            .replicas
+            .borrow_mut()
+            .entry(journal.to_string())
+            .or_default()
+            .clone();
+        let replica = cell
+            .get_or_try_init(|| Replica::open(self.clone(), journal.to_string()))
+            .await?;
+        Ok(replica.clone())
+    }
+
+    /// Serves the calls other cores forward to this one.
+    pub async fn serve_inbox(self: Rc<Self>, inbox: flume::Receiver<CoreMsg>) {
+        while let Ok(msg) = inbox.recv_async().await {
+            match msg {
+                CoreMsg::Call {
+                    first,
+                    input,
+                    output,
+                    timeout,
+                } => {
+                    glommio::spawn_local(run_journal_call(
+                        self.clone(),
+                        first,
+                        input,
+                        output,
+                        timeout,
+                    ))
+                    .detach();
+                }
+            }
+        }
+    }
+
+    /// Routes one incoming call to its handler, on this core or the journal's owner.
+    pub async fn dispatch(self: Rc<Self>, mut call: ServerCall) {
+        if let Err(err) = call.check_headers() {
+            call.outbound.finish(Err(err));
+            return;
+        }
+        call.outbound
+            .insert_header("x-courant-core", HeaderValue::from(self.index));
+        let path = std::mem::take(&mut call.path);
+        let timeout = call.timeout;
+        match path.as_str() {
+            "/protocol.Journal/List" => {
+                let core = self.clone();
+                run_local(call, timeout, async move |input, out| {
+                    crate::list::list(&core, input, out).await
+                })
+                .await
+            }
+            "/protocol.Journal/Apply" => {
+                let core = self.clone();
+                run_local(call, timeout, async move |input, out| {
+                    crate::list::apply(&core, input, out).await
+                })
+                .await
+            }
+            "/protocol.Journal/Append" => self.route_journal_call(call, "Append").await,
+            "/protocol.Journal/Read" => self.route_journal_call(call, "Read").await,
+            "/protocol.Journal/ListFragments" => {
+                self.route_journal_call(call, "ListFragments").await
+            }
+            "/protocol.Journal/Replicate" => call.outbound.finish(Err(RpcError::new(
+                Code::Unimplemented,
+                "Replicate is served only in cluster mode (etcd), which this broker is not running",
+            ))),
+            "/protocol.Journal/FragmentStoreHealth" => call.outbound.finish(Err(RpcError::new(
+                Code::Unimplemented,
+                "FragmentStoreHealth is not implemented yet: this broker has no fragment stores",
+            ))),
+            other => call.outbound.finish(Err(RpcError::new(
+                Code::Unimplemented,
+                format!("unknown method {other}"),
+            ))),
+        }
+    }
+
+    async fn route_journal_call(self: Rc<Self>, mut call: ServerCall, method: &str) {
+        let first = match call.inbound.next_frame().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                call.outbound.finish(Err(RpcError::unknown(format!(
+                    "{method}: stream ended before the first request"
+                ))));
+                return;
+            }
+            Err(err) => {
+                call.outbound.finish(Err(err));
+                return;
+            }
+        };
+        let first = match method {
+            "Append" => decode_message(first).map(FirstRequest::Append),
+            "Read" => decode_message(first).map(FirstRequest::Read),
+            _ => decode_message(first).map(FirstRequest::Fragments),
+        };
+        let first = match first {
+            Ok(first) => first,
+            Err(err) => {
+                call.outbound.finish(Err(err));
+                return;
+            }
+        };
+        let owner = owner_core(first.journal(), self.cores);
+        call.outbound
+            .insert_header("x-courant-owner-core", HeaderValue::from(owner));
+        let timeout = call.timeout;
+        if owner == self.index {
+            let input = CallIn::H2(call.inbound);
+            let output = CallOut::H2(call.outbound);
+            run_journal_call(self, first, input, output, timeout).await;
+            return;
+        }
+        let peer = self.peers[owner].clone();
+        call::forward(call.inbound, call.outbound, async move |input, output| {
+            peer.send_async(CoreMsg::Call {
+                first,
+                input,
+                output,
+                timeout,
+            })
+            .await
+            .is_ok()
+        })
+        .await;
+    }
+}
+
+/// Runs a handler not scoped to a journal on the accepting core.
+async fn run_local(
+    call: ServerCall,
+    timeout: Option<Duration>,
+    handler: impl AsyncFnOnce(&mut CallIn, &mut CallOut) -> Result<(), RpcError>,
+) {
+    let mut input = CallIn::H2(call.inbound);
+    let mut output = CallOut::H2(call.outbound);
+    let outcome = with_deadline(timeout, handler(&mut input, &mut output)).await;
+    output.finish(outcome);
+}
+
+/// Runs a journal-scoped handler on the journal's owner core (this one).
+async fn run_journal_call(
+    core: Rc<Core>,
+    first: FirstRequest,
+    mut input: CallIn,
+    mut output: CallOut,
+    timeout: Option<Duration>,
+) {
+    let outcome = with_deadline(timeout, async {
+        match first {
+            FirstRequest::Append(req) => {
+                crate::append::append(&core, req, &mut input, &mut output).await
+            }
+            FirstRequest::Read(req) => crate::read::read(&core, req, &mut output).await,
+            FirstRequest::Fragments(req) => {
+                crate::read::list_fragments(&core, req, &mut output).await
+            }
+        }
+    })
+    .await;
+    output.finish(outcome);
+}
+
+/// Bounds a handler by the client's `grpc-timeout`.
+async fn with_deadline(
+    timeout: Option<Duration>,
+    fut: impl Future<Output = Result<(), RpcError>>,
+) -> Result<(), RpcError> {
+    match timeout {
+        None => fut.await,
+        Some(t) => {
+            future::or(fut, async move {
+                glommio::timer::sleep(t).await;
+                Err(RpcError::new(
+                    Code::DeadlineExceeded,
+                    "context deadline exceeded",
+                ))
+            })
+            .await
+        }
+    }
+}
