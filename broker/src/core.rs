@@ -84,6 +84,28 @@ impl Core {
         Ok(replica.clone())
     }
 
+    /// Closes replicas whose journals left the keyspace, so their blocked reads end with a
+    /// clean EOF and a re-created journal starts from a fresh recovery.
+    pub async fn watch_keyspace(self: Rc<Self>) {
+        let mut watch = self.keyspace.subscribe();
+        while watch.changed().await.is_ok() {
+            let snapshot = watch.borrow_and_update().clone();
+            let gone: Vec<String> = self
+                .replicas
+                .borrow()
+                .keys()
+                .filter(|name| !snapshot.journals.contains_key(*name))
+                .cloned()
+                .collect();
+            for name in gone {
+                let cell = self.replicas.borrow_mut().remove(&name);
+                if let Some(replica) = cell.as_ref().and_then(|c| c.get()) {
+                    replica.index.borrow_mut().close();
+                }
+            }
+        }
+    }
+
     /// Serves the calls other cores forward to this one.
     pub async fn serve_inbox(self: Rc<Self>, inbox: flume::Receiver<CoreMsg>) {
         while let Ok(msg) = inbox.recv_async().await {

@@ -113,6 +113,10 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
                 if !woke {
                     return Err(RpcError::cancelled());
                 }
+                if replica.index.borrow().is_closed() {
+                    // The journal was deleted (or moved away): end the read cleanly.
+                    return Ok(());
+                }
                 continue;
             }
         };

@@ -66,6 +66,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     replicas: RefCell::new(Default::default()),
                 });
                 glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
+                glommio::spawn_local(core.clone().watch_keyspace()).detach();
                 if let Err(err) = accept_loop(core).await {
                     tracing::error!(core = index, %err, "accept loop failed");
                     std::process::exit(1);
