@@ -449,10 +449,7 @@ pub fn assert_rpc_error<T: std::fmt::Debug>(
 /// `Header.Validate()` as Go clients apply it, plus non-zero etcd fields.
 #[track_caller]
 pub fn check_header(h: &Header, ctx: &str) {
-    let etcd = h
-        .etcd
-        .as_ref()
-        .unwrap_or_else(|| panic!("{ctx}: header without etcd: {h:?}"));
+    let etcd = h.etcd.clone().unwrap_or_default();
     assert!(
         etcd.cluster_id != 0 && etcd.member_id != 0 && etcd.revision > 0 && etcd.raft_term != 0,
         "{ctx}: header etcd fields must be non-zero (Go clients reject it): {h:?}"
@@ -769,6 +766,75 @@ pub async fn read_stream(ch: &Channel, req: &ReadRequest) -> Result<ClientCall, 
     ch.server_streaming(READ, req).await
 }
 
+/// A response stream read by a background task, so waiting on it with a timeout is
+/// cancel-safe (`ClientCall::next` is not while response headers are pending). Dropping
+/// it cancels the call.
+pub struct Streamed<M> {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Result<Option<M>, RpcError>>,
+    headers: std::sync::Arc<std::sync::Mutex<Option<http::HeaderMap>>>,
+    task: tokio::task::JoinHandle<()>,
+    done: bool,
+}
+
+impl<M: prost::Message + Default + Send + 'static> Streamed<M> {
+    pub fn new(mut call: ClientCall) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let headers = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let h = headers.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let r = call.next::<M>().await;
+                if h.lock().unwrap().is_none() {
+                    *h.lock().unwrap() = call.response_headers().cloned();
+                }
+                let end = !matches!(r, Ok(Some(_)));
+                if tx.send(r).is_err() || end {
+                    return;
+                }
+            }
+        });
+        Streamed {
+            rx,
+            headers,
+            task,
+            done: false,
+        }
+    }
+
+    /// The next message; `Ok(None)` at a clean end of the stream.
+    pub async fn next(&mut self) -> Result<Option<M>, RpcError> {
+        if self.done {
+            return Ok(None);
+        }
+        match self.rx.recv().await {
+            Some(r) => {
+                self.done = !matches!(r, Ok(Some(_)));
+                r
+            }
+            None => {
+                self.done = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The next message, or None if nothing arrives within `d` (the stream stays usable).
+    pub async fn next_within(&mut self, d: Duration) -> Option<Result<Option<M>, RpcError>> {
+        tokio::time::timeout(d, self.next()).await.ok()
+    }
+
+    /// Response headers, once the first response has arrived.
+    pub fn response_headers(&self) -> Option<http::HeaderMap> {
+        self.headers.lock().unwrap().clone()
+    }
+}
+
+impl<M> Drop for Streamed<M> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Reads every message of a stream until it ends; returns messages and the outcome.
 pub async fn collect<M: prost::Message + Default>(
     call: &mut ClientCall,
@@ -950,14 +1016,15 @@ fn normalize_header(mut h: Header) -> Header {
 /// Reads one snapshot of a watching List stream: messages up to and including the empty
 /// end-of-snapshot marker. Returns the header and journals.
 pub async fn next_watch_snapshot(
-    call: &mut ClientCall,
+    call: &mut Streamed<ListResponse>,
     ctx: &str,
 ) -> (Header, Vec<list_response::Journal>) {
     let mut msgs = vec![];
     loop {
         let m = call
-            .next::<ListResponse>()
+            .next_within(Duration::from_secs(10))
             .await
+            .unwrap_or_else(|| panic!("{ctx}: no watch message within 10 s (after {msgs:?})"))
             .unwrap_or_else(|e| panic!("{ctx}: watch stream failed: {e}"))
             .unwrap_or_else(|| panic!("{ctx}: watch stream ended (after {msgs:?})"));
         let is_marker = m.status == 0 && m.journals.is_empty() && is_zero_header(&m.header);
@@ -970,6 +1037,16 @@ pub async fn next_watch_snapshot(
         }
         msgs.push(m);
     }
+}
+
+/// Starts a watching List.
+pub async fn watch_list(ch: &Channel, req: ListRequest) -> Streamed<ListResponse> {
+    Streamed::new(ch.server_streaming(LIST, &req).await.expect("List watch"))
+}
+
+/// Starts a Read whose responses are read by a background task.
+pub async fn read_streamed(ch: &Channel, req: &ReadRequest) -> Streamed<ReadResponse> {
+    Streamed::new(read_stream(ch, req).await.expect("Read"))
 }
 
 /// The broker's process id, from a List header.
@@ -1266,4 +1343,117 @@ pub fn parse_records(data: &[u8]) -> Result<Vec<RecordAt>, (usize, String)> {
         at += total;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_sum_splits_big_endian() {
+        // SHA1("foobar") = 8843d7f92416211de9ebb963ff4ce28125932878
+        let s = sha1_sum(b"foobar");
+        assert_eq!(s.part1, 0x8843d7f92416211d);
+        assert_eq!(s.part2, 0xe9ebb963ff4ce281);
+        assert_eq!(s.part3, 0x25932878);
+    }
+
+    #[test]
+    fn records_round_trip_and_corruption_is_detected() {
+        let mut data = make_record(1, 2, 100);
+        data.extend_from_slice(&make_record(3, 4, 0));
+        let recs = parse_records(&data).unwrap();
+        assert_eq!(recs, vec![(0, 1, 2, 124), (124, 3, 4, 24)]);
+        let mut bad = data.clone();
+        bad[50] ^= 1;
+        assert_eq!(parse_records(&bad).unwrap_err().0, 0);
+        assert_eq!(parse_records(&data[..130]).unwrap_err().0, 124);
+        let mut junk = data.clone();
+        junk.push(0);
+        assert!(parse_records(&junk).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "must carry only offset and content")]
+    fn content_chunk_with_write_head_is_rejected() {
+        check_read_response(
+            &ReadResponse {
+                offset: 3,
+                write_head: 9,
+                content: Bytes::from_static(b"x"),
+                ..Default::default()
+            },
+            "test",
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "outside fragment")]
+    fn metadata_offset_outside_fragment_is_rejected() {
+        check_read_response(
+            &ReadResponse {
+                offset: 9,
+                write_head: 9,
+                fragment: Some(Fragment {
+                    journal: "a/journal".into(),
+                    begin: 0,
+                    end: 9,
+                    compression_codec: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "test",
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "must carry (possibly empty) registers")]
+    fn ok_append_response_without_registers_is_rejected() {
+        let header = Header {
+            etcd: Some(protocol::header::Etcd {
+                cluster_id: 1,
+                member_id: 1,
+                revision: 1,
+                raft_term: 1,
+            }),
+            route: Some(protocol::Route {
+                primary: -1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        check_append_response(
+            &AppendResponse {
+                header: Some(header),
+                commit: Some(Fragment {
+                    journal: "a/journal".into(),
+                    compression_codec: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "test",
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "etcd fields must be non-zero")]
+    fn zeroed_header_is_rejected() {
+        check_header(&Header::default(), "test");
+    }
+
+    #[test]
+    fn label_sets_are_sorted_and_prefix_labels_parsed() {
+        let s = label_set(&[("b", "1"), ("a", "2"), ("name:prefix", "x/")]);
+        let names: Vec<(&str, &str, bool)> = s
+            .labels
+            .iter()
+            .map(|l| (l.name.as_str(), l.value.as_str(), l.prefix))
+            .collect();
+        assert_eq!(
+            names,
+            vec![("a", "2", false), ("b", "1", false), ("name", "x/", true)]
+        );
+    }
 }

@@ -5,7 +5,8 @@
 use bytes::Bytes;
 use courant_tests::protocol::grpc::Code;
 use courant_tests::protocol::{
-    AppendRequest, Fragment, JournalSpec, LabelSet, ReadResponse, Status, journal_spec,
+    AppendRequest, AppendResponse, Fragment, JournalSpec, LabelSet, ReadResponse, Status,
+    journal_spec,
 };
 use courant_tests::*;
 use std::time::Duration;
@@ -169,7 +170,7 @@ async fn scenario03_check_registers_passes_on_empty_registers() {
 
         // Once registers are non-empty, the same selector mismatches.
         let first = AppendRequest {
-            union_registers: Some(label_set(&[("k", "v")])),
+            union_registers: Some(label_set(&[("kk", "v")])),
             ..req("a/journal")
         };
         append_full(&ch, first, &chunks(&["y"]), true)
@@ -189,7 +190,7 @@ async fn scenario03_check_registers_passes_on_empty_registers() {
             Status::RegisterMismatch,
             "non-empty registers are checked",
         );
-        assert_eq!(resp.registers, Some(label_set(&[("k", "v")])));
+        assert_eq!(resp.registers, Some(label_set(&[("kk", "v")])));
         assert_eq!(read_content(&ch, "a/journal").await, b"xy");
     })
     .await
@@ -593,6 +594,94 @@ async fn append_with_labels_and_rdwr_flag() {
         apply_specs(&ch, &[s]).await;
         append_ok(&ch, "labelled/journal", b"{\"a\":1}\n").await;
         assert_eq!(read_content(&ch, "labelled/journal").await, b"{\"a\":1}\n");
+    })
+    .await
+}
+
+/// Appends 4 × 128 KiB chunks to a journal limited to 128 KiB/s: the first chunk uses the
+/// initial one-second burst, the other three wait about a second each
+/// (append_flow_control.go).
+async fn rate_limited_append(b: &Broker, journal: &str) -> (AppendResponse, Duration) {
+    let ch = b.connect().await;
+    let parts: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 128 * 1024])).collect();
+    let start = std::time::Instant::now();
+    let resp = append_full(&ch, req(journal), &parts, true)
+        .await
+        .result
+        .unwrap_or_else(|e| panic!("rate-limited append to {journal}: {e}"));
+    let took = start.elapsed();
+    check_append_response(&resp, journal);
+    assert_status(resp.status, Status::Ok, journal);
+    assert_eq!(resp.total_chunks, 5);
+    let c = resp.commit.clone().unwrap();
+    assert_eq!(c.end - c.begin, 512 * 1024);
+    (resp, took)
+}
+
+/// A journal's max_append_rate throttles appends and counts delayed chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_max_append_rate_throttles() {
+    within(40, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        let limited = JournalSpec {
+            max_append_rate: 128 * 1024,
+            ..spec("rate/limited", &[])
+        };
+        apply_specs(&ch, &[limited, spec("rate/unlimited", &[])]).await;
+
+        let (resp, took) = rate_limited_append(&b, "rate/limited").await;
+        assert_eq!(
+            resp.delayed_chunks, 3,
+            "three chunks waited on the max rate"
+        );
+        assert!(
+            took >= Duration::from_millis(2400) && took <= Duration::from_secs(8),
+            "512 KiB at 128 KiB/s with a 128 KiB burst takes ~3 s (took {took:?})"
+        );
+
+        let (resp, took) = rate_limited_append(&b, "rate/unlimited").await;
+        assert_eq!(
+            resp.delayed_chunks, 0,
+            "an unlimited journal delays nothing"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "unlimited append took {took:?}"
+        );
+    })
+    .await
+}
+
+/// `--broker.max-append-rate` caps a journal's non-zero rate; a journal rate of 0 stays
+/// unlimited (Gazette: the global flag only lowers a non-zero journal rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_max_append_rate_caps_journal_rate() {
+    within(40, async {
+        let b = Broker::start(&["--broker.max-append-rate", "131072"]).await;
+        let ch = b.connect().await;
+        let fast = JournalSpec {
+            max_append_rate: 1 << 30,
+            ..spec("rate/capped", &[])
+        };
+        apply_specs(&ch, &[fast, spec("rate/zero", &[])]).await;
+
+        let (resp, took) = rate_limited_append(&b, "rate/capped").await;
+        assert_eq!(
+            resp.delayed_chunks, 3,
+            "the global cap applies to a 1 GiB/s journal"
+        );
+        assert!(
+            took >= Duration::from_millis(2400),
+            "capped to 128 KiB/s (took {took:?})"
+        );
+
+        let (resp, took) = rate_limited_append(&b, "rate/zero").await;
+        assert_eq!(
+            resp.delayed_chunks, 0,
+            "a journal rate of 0 stays unlimited"
+        );
+        assert!(took < Duration::from_secs(2), "rate 0 append took {took:?}");
     })
     .await
 }

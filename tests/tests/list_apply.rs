@@ -6,7 +6,7 @@
 //! unassigned; on this single-node broker every journal is assigned to it, so every
 //! route is [self] with primary 0.
 
-use courant_tests::protocol::grpc::{ClientCall, Code};
+use courant_tests::protocol::grpc::Code;
 use courant_tests::protocol::{
     JournalSpec, ListRequest, ListResponse, Status, apply_request::Change,
 };
@@ -85,17 +85,16 @@ fn verify(
 async fn watch(
     ch: &courant_tests::protocol::grpc::Channel,
     sel: courant_tests::protocol::LabelSelector,
-) -> ClientCall {
-    ch.server_streaming(
-        LIST,
-        &ListRequest {
+) -> Streamed<ListResponse> {
+    watch_list(
+        ch,
+        ListRequest {
             selector: Some(sel),
             watch: true,
             watch_resume: None,
         },
     )
     .await
-    .expect("List watch")
 }
 
 /// Scenario 30 [TestListCases]: one Apply creates A, B, C at one revision; List returns
@@ -282,9 +281,7 @@ async fn scenario33_list_watch() {
 
         // Changes outside the selector keep the watch quiet.
         apply_specs(&ch, &[spec("other/journal", &[])]).await;
-        if let Ok(m) =
-            tokio::time::timeout(Duration::from_millis(500), w.next::<ListResponse>()).await
-        {
+        if let Some(m) = w.next_within(Duration::from_millis(500)).await {
             panic!("unexpected watch message after an unmatched change: {m:?}");
         }
         drop(w);
@@ -304,20 +301,16 @@ async fn list_watch_resume() {
         let (h, _) = check_snapshot(&msgs, "List");
         let r = h.etcd.as_ref().unwrap().revision;
 
-        let mut w = ch
-            .server_streaming(
-                LIST,
-                &ListRequest {
-                    selector: Some(selector(&[("name:prefix", "journal/")], &[])),
-                    watch: true,
-                    watch_resume: Some(h.clone()),
-                },
-            )
-            .await
-            .unwrap();
-        if let Ok(m) =
-            tokio::time::timeout(Duration::from_millis(500), w.next::<ListResponse>()).await
-        {
+        let mut w = watch_list(
+            &ch,
+            ListRequest {
+                selector: Some(selector(&[("name:prefix", "journal/")], &[])),
+                watch: true,
+                watch_resume: Some(h.clone()),
+            },
+        )
+        .await;
+        if let Some(m) = w.next_within(Duration::from_millis(500)).await {
             panic!("watch_resume at the current revision must wait, got {m:?}");
         }
         apply_specs(&ch, &[spec_c()]).await;

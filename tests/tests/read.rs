@@ -5,7 +5,7 @@
 //! and are not covered here.
 
 use bytes::Bytes;
-use courant_tests::protocol::grpc::{ClientCall, Code};
+use courant_tests::protocol::grpc::Code;
 use courant_tests::protocol::{ReadRequest, ReadResponse, Status, journal_spec};
 use courant_tests::*;
 use std::time::Duration;
@@ -19,10 +19,13 @@ fn read_req(journal: &str, offset: i64) -> ReadRequest {
 }
 
 /// The next message, failing on errors, EOF, or if none arrives within 10 s.
-async fn next_msg(call: &mut ClientCall, ctx: &str) -> ReadResponse {
-    let m = tokio::time::timeout(Duration::from_secs(10), call.next::<ReadResponse>())
+type Call = Streamed<ReadResponse>;
+
+async fn next_msg(call: &mut Call, ctx: &str) -> ReadResponse {
+    let m = call
+        .next_within(Duration::from_secs(10))
         .await
-        .unwrap_or_else(|_| panic!("{ctx}: no Read message within 10 s"))
+        .unwrap_or_else(|| panic!("{ctx}: no Read message within 10 s"))
         .unwrap_or_else(|e| panic!("{ctx}: Read failed: {e}"))
         .unwrap_or_else(|| panic!("{ctx}: Read stream ended"));
     check_read_response(&m, ctx);
@@ -30,19 +33,18 @@ async fn next_msg(call: &mut ClientCall, ctx: &str) -> ReadResponse {
 }
 
 /// Asserts nothing arrives on the stream for `ms`.
-async fn assert_quiet(call: &mut ClientCall, ms: u64, ctx: &str) {
-    if let Ok(r) =
-        tokio::time::timeout(Duration::from_millis(ms), call.next::<ReadResponse>()).await
-    {
+async fn assert_quiet(call: &mut Call, ms: u64, ctx: &str) {
+    if let Some(r) = call.next_within(Duration::from_millis(ms)).await {
         panic!("{ctx}: expected the Read to block, got {r:?}");
     }
 }
 
 /// Asserts the stream ends cleanly next (EOF with status OK) within 10 s.
-async fn assert_eof(call: &mut ClientCall, ctx: &str) {
-    let r = tokio::time::timeout(Duration::from_secs(10), call.next::<ReadResponse>())
+async fn assert_eof(call: &mut Call, ctx: &str) {
+    let r = call
+        .next_within(Duration::from_secs(10))
         .await
-        .unwrap_or_else(|_| panic!("{ctx}: stream did not end within 10 s"));
+        .unwrap_or_else(|| panic!("{ctx}: stream did not end within 10 s"));
     match r {
         Ok(None) => {}
         other => panic!("{ctx}: expected EOF, got {other:?}"),
@@ -50,7 +52,7 @@ async fn assert_eof(call: &mut ClientCall, ctx: &str) {
 }
 
 /// Reads content chunks until `want` bytes have arrived starting at `offset`.
-async fn expect_content(call: &mut ClientCall, offset: i64, want: &[u8], ctx: &str) {
+async fn expect_content(call: &mut Call, offset: i64, want: &[u8], ctx: &str) {
     let mut got = Vec::new();
     while got.len() < want.len() {
         let m = next_msg(call, ctx).await;
@@ -139,7 +141,7 @@ async fn scenario16_blocking_read_streams_commits() {
             do_not_proxy: true,
             ..read_req("a/journal;with/meta", 0)
         };
-        let mut call = read_stream(&ch, &req).await.expect("Read");
+        let mut call = read_streamed(&ch, &req).await;
         assert_quiet(&mut call, 300, "blocking read of an empty journal").await;
 
         append_ok(&ch, "a/journal", b"foobarbaz").await;
@@ -177,15 +179,14 @@ async fn scenario17_end_offset() {
         let all = b"foobarbazbing.!!!";
 
         // Non-blocking, end_offset 7 of 13: content through offset 7 only, then EOF.
-        let mut call = read_stream(
+        let mut call = read_streamed(
             &ch,
             &ReadRequest {
                 end_offset: 7,
                 ..read_req("a/journal", 0)
             },
         )
-        .await
-        .unwrap();
+        .await;
         let m = next_msg(&mut call, "end_offset 7 metadata").await;
         assert!(m.header.is_some(), "first message carries the header");
         assert_eq!((m.status, m.offset, m.write_head), (0, 0, 13));
@@ -199,7 +200,7 @@ async fn scenario17_end_offset() {
 
         // Blocking, end_offset 14 with 13 available: content to 13, waits, then exactly
         // one more byte after the next commit, then EOF.
-        let mut call = read_stream(
+        let mut call = read_streamed(
             &ch,
             &ReadRequest {
                 end_offset: 14,
@@ -207,8 +208,7 @@ async fn scenario17_end_offset() {
                 ..read_req("a/journal", 0)
             },
         )
-        .await
-        .unwrap();
+        .await;
         let mut got = Vec::new();
         let mut first = true;
         while got.len() < 13 {
@@ -253,9 +253,7 @@ async fn scenario18_non_blocking_read() {
         create_journals(&ch, &["a/journal"]).await;
         append_ok(&ch, "a/journal", b"feedbeef").await;
 
-        let mut call = read_stream(&ch, &read_req("a/journal;with/meta", 3))
-            .await
-            .unwrap();
+        let mut call = read_streamed(&ch, &read_req("a/journal;with/meta", 3)).await;
         let m = next_msg(&mut call, "metadata").await;
         check_metadata(&m, "a/journal", 3, 8, b"feedbeef", "metadata");
         check_routed_header(m.header.as_ref().expect("header"), &b, "Read header");
@@ -299,7 +297,7 @@ async fn scenario19_blocking_metadata_only() {
             metadata_only: true,
             ..read_req("a/journal", 8)
         };
-        let mut call = read_stream(&ch, &req).await.unwrap();
+        let mut call = read_streamed(&ch, &req).await;
         assert_quiet(&mut call, 300, "metadata-only read at the head").await;
         append_ok(&ch, "a/journal", b"bing").await;
         let m = next_msg(&mut call, "metadata").await;
@@ -316,7 +314,7 @@ async fn scenario19_blocking_metadata_only() {
             metadata_only: true,
             ..read_req("a/journal", 0)
         };
-        let mut call = read_stream(&ch, &req).await.unwrap();
+        let mut call = read_streamed(&ch, &req).await;
         let m = next_msg(&mut call, "metadata at 0").await;
         assert_status(m.status, Status::Ok, "metadata at 0");
         assert_eq!((m.offset, m.write_head), (0, 12));
@@ -336,7 +334,7 @@ async fn scenario20_read_at_head() {
         let mut all = vec![7u8; 200];
         append_ok(&ch, "a/journal", &all).await;
 
-        let mut call = read_stream(&ch, &read_req("a/journal", -1)).await.unwrap();
+        let mut call = read_streamed(&ch, &read_req("a/journal", -1)).await;
         let m = next_msg(&mut call, "read at -1").await;
         assert_status(
             m.status,
@@ -349,7 +347,7 @@ async fn scenario20_read_at_head() {
         assert_eof(&mut call, "read at -1").await;
 
         // Beyond the head, non-blocking: the requested offset is echoed.
-        let mut call = read_stream(&ch, &read_req("a/journal", 500)).await.unwrap();
+        let mut call = read_streamed(&ch, &read_req("a/journal", 500)).await;
         let m = next_msg(&mut call, "read at 500").await;
         assert_status(
             m.status,
@@ -360,24 +358,22 @@ async fn scenario20_read_at_head() {
         assert_eof(&mut call, "read at 500").await;
 
         // Blocking reads at 200 and at -1 both wait, then see [200,250).
-        let mut at200 = read_stream(
+        let mut at200 = read_streamed(
             &ch,
             &ReadRequest {
                 block: true,
                 ..read_req("a/journal", 200)
             },
         )
-        .await
-        .unwrap();
-        let mut at_head = read_stream(
+        .await;
+        let mut at_head = read_streamed(
             &ch,
             &ReadRequest {
                 block: true,
                 ..read_req("a/journal", -1)
             },
         )
-        .await
-        .unwrap();
+        .await;
         assert_quiet(&mut at200, 300, "blocking read at 200").await;
         assert_quiet(&mut at_head, 100, "blocking read at -1").await;
         let more = vec![9u8; 50];
@@ -406,16 +402,14 @@ async fn scenario23_read_errors() {
         apply_specs(&ch, &[s]).await;
         create_journals(&ch, &["a/journal"]).await;
 
-        let mut call = read_stream(&ch, &read_req("write/only", 0)).await.unwrap();
+        let mut call = read_streamed(&ch, &read_req("write/only", 0)).await;
         let m = next_msg(&mut call, "O_WRONLY").await;
         assert_status(m.status, Status::NotAllowed, "read of O_WRONLY");
         check_routed_header(m.header.as_ref().expect("header"), &b, "NOT_ALLOWED header");
         assert_eq!((m.offset, m.write_head, m.fragment.is_none()), (0, 0, true));
         assert_eof(&mut call, "NOT_ALLOWED").await;
 
-        let mut call = read_stream(&ch, &read_req("does/not/exist", 0))
-            .await
-            .unwrap();
+        let mut call = read_streamed(&ch, &read_req("does/not/exist", 0)).await;
         let m = next_msg(&mut call, "missing journal").await;
         assert_status(
             m.status,
@@ -453,7 +447,7 @@ async fn scenario23_read_errors() {
             ),
         ];
         for (req, msg) in cases {
-            let mut call = read_stream(&ch, &req).await.unwrap();
+            let mut call = read_stream(&ch, &req).await.expect("Read");
             let (msgs, end) = collect::<ReadResponse>(&mut call).await;
             assert!(
                 msgs.is_empty(),
@@ -507,10 +501,10 @@ async fn many_blocking_readers_and_cancellation() {
                 block: true,
                 ..read_req("fan/out", 0)
             };
-            calls.push(read_stream(&c, &req).await.unwrap());
+            calls.push(read_streamed(&c, &req).await);
         }
         // Cancel half of them.
-        let keep: Vec<ClientCall> = calls
+        let keep: Vec<Call> = calls
             .into_iter()
             .enumerate()
             .filter(|(i, _)| i % 2 == 0)
