@@ -449,7 +449,7 @@ pub fn assert_rpc_error<T: std::fmt::Debug>(
 /// `Header.Validate()` as Go clients apply it, plus non-zero etcd fields.
 #[track_caller]
 pub fn check_header(h: &Header, ctx: &str) {
-    let etcd = h.etcd.clone().unwrap_or_default();
+    let etcd = h.etcd.unwrap_or_default();
     assert!(
         etcd.cluster_id != 0 && etcd.member_id != 0 && etcd.revision > 0 && etcd.raft_term != 0,
         "{ctx}: header etcd fields must be non-zero (Go clients reject it): {h:?}"
