@@ -188,3 +188,185 @@ async fn cross_core_append_and_read() {
     })
     .await
 }
+
+/// Connections accepted by core 0 and core 1 (from `x-courant-core` on List).
+async fn conns_by_core(b: &Broker) -> HashMap<u32, Channel> {
+    let mut conns: HashMap<u32, Channel> = HashMap::new();
+    for _ in 0..64 {
+        let c = b.connect().await;
+        let core = accepting_core(&c).await;
+        conns.entry(core).or_insert(c);
+        if conns.len() == 2 {
+            return conns;
+        }
+    }
+    panic!("64 connections were all accepted by one core");
+}
+
+/// A journal applied through one core is immediately usable through the other (Apply
+/// responds only once the keyspace change is visible, as Gazette's Apply waits to read
+/// its own write); a blocking Read on one core wakes on commits made through the other;
+/// a List watch on one core sees Applies made through the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyspace_and_commits_propagate_across_cores() {
+    within(90, async {
+        let b = Broker::start(&["--tpc.cores", "2"]).await;
+        let conns = conns_by_core(&b).await;
+
+        // Apply on one core, use at once on the other.
+        for i in 0..20u32 {
+            let (via, other) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+            let name = format!("prop/journal-{i:02}");
+            create_journals(&conns[&via], &[&name]).await;
+            let resp = append(&conns[&other], &name, &[b"x"])
+                .await
+                .unwrap_or_else(|e| panic!("{name}: append right after Apply: {e}"));
+            assert_status(
+                resp.status,
+                Status::Ok,
+                &format!("{name}: applied via core {via}, appended via core {other} at once"),
+            );
+            let listed = list_journals(&conns[&other], selector(&[("name", &name)], &[])).await;
+            assert_eq!(
+                listed.len(),
+                1,
+                "{name}: listed via core {other} right after Apply"
+            );
+        }
+
+        // Blocking reads on both cores of journals, woken by appends via the other core.
+        let mut readers = vec![];
+        for i in 0..8u32 {
+            let name = format!("prop/journal-{i:02}");
+            for core in [0u32, 1] {
+                let req = ReadRequest {
+                    journal: name.clone(),
+                    offset: 1,
+                    block: true,
+                    ..Default::default()
+                };
+                readers.push((name.clone(), core, read_streamed(&conns[&core], &req).await));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        for i in 0..8u32 {
+            let name = format!("prop/journal-{i:02}");
+            append_ok(&conns[&(i % 2)], &name, b"wake").await;
+        }
+        for (name, core, mut r) in readers {
+            let ctx = format!("blocking read of {name} on core {core}");
+            let mut got = Vec::new();
+            while got.len() < 4 {
+                let m = r
+                    .next_within(std::time::Duration::from_secs(10))
+                    .await
+                    .unwrap_or_else(|| panic!("{ctx}: not woken within 10 s"))
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+                    .unwrap_or_else(|| panic!("{ctx}: ended"));
+                check_read_response(&m, &ctx);
+                got.extend_from_slice(&m.content);
+            }
+            assert_eq!(got, b"wake", "{ctx}");
+        }
+
+        // A watch on each core sees an Apply made through the other.
+        for (watch_core, apply_core) in [(0u32, 1u32), (1, 0)] {
+            let prefix = format!("watched/{watch_core}/");
+            let mut w = watch_list(
+                &conns[&watch_core],
+                courant_tests::protocol::ListRequest {
+                    selector: Some(selector(&[("name:prefix", &prefix)], &[])),
+                    watch: true,
+                    watch_resume: None,
+                },
+            )
+            .await;
+            let (_, js) = next_watch_snapshot(&mut w, "initial watch snapshot").await;
+            assert!(js.is_empty());
+            let name = format!("{prefix}journal");
+            create_journals(&conns[&apply_core], &[&name]).await;
+            let (_, js) = next_watch_snapshot(&mut w, "watch after a cross-core Apply").await;
+            assert_eq!(
+                js.len(),
+                1,
+                "watch on core {watch_core} sees Apply via core {apply_core}"
+            );
+        }
+    })
+    .await
+}
+
+/// Every response names the core that accepted its connection, including errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_names_its_core() {
+    within(60, async {
+        let b = Broker::start(&["--tpc.cores", "2"]).await;
+        let conns = conns_by_core(&b).await;
+        for (core, c) in &conns {
+            let want = Some(core.to_string());
+            let name = format!("names/core-{core}");
+            // Apply (unary).
+            let mut call = c.call(APPLY).await.expect("call");
+            call.sender
+                .send_frame(
+                    frame_of(&courant_tests::protocol::ApplyRequest {
+                        changes: vec![upsert(spec(&name, &[]))],
+                    }),
+                    true,
+                )
+                .await
+                .unwrap();
+            finish_unary_response::<courant_tests::protocol::ApplyResponse>(&mut call)
+                .await
+                .expect("Apply");
+            assert_eq!(
+                header_value(call.response_headers(), "x-courant-core"),
+                want,
+                "Apply"
+            );
+            // Append.
+            let out = append_full(
+                c,
+                AppendRequest {
+                    journal: name.clone(),
+                    ..Default::default()
+                },
+                &[Bytes::from_static(b"hi")],
+                true,
+            )
+            .await;
+            out.result.expect("Append");
+            assert_eq!(
+                header_value(out.headers.as_ref(), "x-courant-core"),
+                want,
+                "Append"
+            );
+            assert!(
+                header_value(out.headers.as_ref(), "x-courant-owner-core").is_some(),
+                "Append carries x-courant-owner-core"
+            );
+            // Read and List.
+            let (_, core_of_read) = owner_core(c, &name).await;
+            assert_eq!(core_of_read, want, "Read");
+            assert_eq!(Some(accepting_core(c).await.to_string()), want, "List");
+            // An error response (Trailers-Only).
+            let mut call = read_stream(
+                c,
+                &ReadRequest {
+                    journal: "/invalid/journal".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            let (_, end) = collect::<ReadResponse>(&mut call).await;
+            assert!(end.is_err());
+            assert_eq!(
+                header_value(call.response_headers(), "x-courant-core"),
+                want,
+                "error response"
+            );
+        }
+    })
+    .await
+}

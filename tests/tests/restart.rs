@@ -258,3 +258,99 @@ async fn kill9_immediately_after_ack() {
     })
     .await
 }
+
+/// Bytes that were never committed — rolled back by the client, or still streaming when
+/// the broker was killed — must not reappear after a restart (a spool recovered from its
+/// file length rather than its committed length would resurrect them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_does_not_resurrect_uncommitted_bytes() {
+    within(60, async {
+        let mut b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        create_journals(
+            &ch,
+            &[
+                "uncommitted/rolled-back",
+                "uncommitted/in-flight",
+                "uncommitted/overwritten",
+            ],
+        )
+        .await;
+        for j in [
+            "uncommitted/rolled-back",
+            "uncommitted/in-flight",
+            "uncommitted/overwritten",
+        ] {
+            append_ok(&ch, j, b"committed").await;
+        }
+        let junk: Vec<Bytes> = (0..8).map(|_| Bytes::from(vec![b'X'; 16 * 1024])).collect();
+        let open = |j: &str| AppendRequest {
+            journal: j.into(),
+            ..Default::default()
+        };
+
+        // Rolled back by EOF without the commit chunk.
+        let res = append_full(&ch, open("uncommitted/rolled-back"), &junk, false)
+            .await
+            .result;
+        assert!(res.is_err(), "EOF without commit must fail: {res:?}");
+
+        // Rolled back, then overwritten by a committed append.
+        let res = append_full(&ch, open("uncommitted/overwritten"), &junk, false)
+            .await
+            .result;
+        assert!(res.is_err(), "EOF without commit must fail: {res:?}");
+        append_ok(&ch, "uncommitted/overwritten", b"+after").await;
+
+        // Still streaming (no commit chunk yet) when the broker dies.
+        let mut s = RawStream::open(b.port(), APPEND, &[]).await;
+        let _resp = s.spawn_response();
+        s.send_msg(&open("uncommitted/in-flight")).await.unwrap();
+        for c in &junk {
+            s.send_msg(&AppendRequest {
+                content: c.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        b.kill9();
+        drop(s);
+
+        b.restart().await;
+        let ch = b.connect().await;
+        for (j, expect) in [
+            ("uncommitted/rolled-back", &b"committed"[..]),
+            ("uncommitted/in-flight", &b"committed"[..]),
+            ("uncommitted/overwritten", &b"committed+after"[..]),
+        ] {
+            let (content, head) = read_all(&ch, j, 0).await;
+            assert_eq!(
+                String::from_utf8_lossy(&content),
+                String::from_utf8_lossy(expect),
+                "{j}: only committed bytes survive"
+            );
+            assert_eq!(head, expect.len() as i64, "{j}: write head");
+            let first = AppendRequest {
+                journal: j.into(),
+                offset: head,
+                ..Default::default()
+            };
+            let resp = append_full(&ch, first, &[Bytes::from_static(b"!")], true)
+                .await
+                .result
+                .unwrap_or_else(|e| panic!("{j}: append after restart: {e}"));
+            assert_status(resp.status, Status::Ok, j);
+            assert_eq!(
+                resp.commit.unwrap().begin,
+                head,
+                "{j}: next append at the committed head"
+            );
+            let mut want = expect.to_vec();
+            want.push(b'!');
+            assert_eq!(read_content(&ch, j).await, want, "{j}");
+        }
+    })
+    .await
+}
