@@ -685,3 +685,77 @@ async fn global_max_append_rate_caps_journal_rate() {
     })
     .await
 }
+
+/// `min_etcd_revision` (Gazette HEAD): an Append waits until the broker's keyspace has
+/// reached the revision, then proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_waits_for_min_etcd_revision() {
+    within(30, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        let rev = create_journals(&ch, &["rev/journal"]).await;
+        let at = AppendRequest {
+            min_etcd_revision: rev,
+            ..req("rev/journal")
+        };
+        let resp = append_full(&ch, at, &chunks(&["now"]), true)
+            .await
+            .result
+            .expect("Append at the current revision");
+        assert_status(resp.status, Status::Ok, "min_etcd_revision = current");
+
+        let ahead = AppendRequest {
+            min_etcd_revision: rev + 1,
+            ..req("rev/journal")
+        };
+        let ch2 = ch.clone();
+        let waiting = tokio::spawn(async move {
+            append_full(&ch2, ahead, &chunks(&["later"]), true)
+                .await
+                .result
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !waiting.is_finished(),
+            "an Append at a future revision must wait for it"
+        );
+        create_journals(&ch, &["rev/other"]).await;
+        let resp = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("Append proceeds once the revision is reached")
+            .unwrap()
+            .expect("Append");
+        assert_status(resp.status, Status::Ok, "after the revision was reached");
+        assert!(resp.header.unwrap().etcd.unwrap().revision > rev);
+        assert_eq!(read_content(&ch, "rev/journal").await, b"nowlater");
+    })
+    .await
+}
+
+/// Many connections at once, each appending: all succeed and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections() {
+    within(60, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        create_journals(&ch, &["many/conns"]).await;
+        let mut tasks = vec![];
+        for w in 0..100u32 {
+            let c = b.connect().await;
+            tasks.push(tokio::spawn(async move {
+                let rec = make_record(w, 0, 100);
+                let r = append_ok(&c, "many/conns", &rec).await;
+                (r.commit.unwrap().begin, rec)
+            }));
+        }
+        let mut spans = vec![];
+        for t in tasks {
+            spans.push(t.await.unwrap());
+        }
+        spans.sort_by_key(|s| s.0);
+        let content = read_content(&ch, "many/conns").await;
+        let expect: Vec<u8> = spans.iter().flat_map(|s| s.1.iter().copied()).collect();
+        assert!(content == expect, "100 appends tile the journal");
+    })
+    .await
+}

@@ -482,6 +482,92 @@ async fn large_read_is_chunked_and_exact() {
     .await
 }
 
+/// Fragments roll at the spec's length (Gazette rolls before an append once the spool
+/// exceeds `fragment.length`), and reads from any offset cross fragment boundaries
+/// byte-exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragments_roll_at_spec_length() {
+    within(90, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        let mut s = spec("roll/journal", &[]);
+        s.fragment.as_mut().unwrap().length = 64 * 1024;
+        apply_specs(&ch, &[s]).await;
+        let mut all = Vec::new();
+        for i in 0..40u32 {
+            let rec = make_record(1, i, 10_000 + (i as usize * 733) % 9000);
+            append_ok(&ch, "roll/journal", &rec).await;
+            all.extend_from_slice(&rec);
+        }
+        let max_append = 10_000 + 9000 + 24;
+        let mut call = read_stream(&ch, &read_req("roll/journal", 0))
+            .await
+            .unwrap();
+        let (msgs, end) = collect::<ReadResponse>(&mut call).await;
+        end.expect("Read");
+        let mut frags: Vec<(i64, i64)> = msgs
+            .iter()
+            .filter_map(|m| m.fragment.as_ref().map(|f| (f.begin, f.end)))
+            .collect();
+        frags.dedup();
+        assert!(
+            frags.len() >= 6,
+            "~{} KB in 64 KiB fragments: {frags:?}",
+            all.len() / 1000
+        );
+        for w in frags.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "fragments tile the journal: {frags:?}");
+        }
+        for &(b0, e0) in &frags[1..frags.len() - 1] {
+            assert!(
+                e0 - b0 <= 64 * 1024 + max_append as i64,
+                "fragment [{b0}, {e0}) exceeds length + one append: {frags:?}"
+            );
+        }
+        for off in [0usize, 65_535, 65_536, 65_537, 200_001, all.len() - 1] {
+            let (tail, head) = read_all(&ch, "roll/journal", off as i64).await;
+            assert_eq!(head, all.len() as i64);
+            assert!(tail == all[off..], "read from {off}");
+        }
+    })
+    .await
+}
+
+/// Deleting a journal ends its blocking reads with a clean EOF (not an error), as when
+/// a Gazette replica is re-assigned away (scenario 39).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_journal_ends_blocking_reads_with_eof() {
+    within(30, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        create_journals(&ch, &["doomed/journal"]).await;
+        append_ok(&ch, "doomed/journal", b"data").await;
+        let req = ReadRequest {
+            block: true,
+            ..read_req("doomed/journal", 0)
+        };
+        let mut call = read_streamed(&ch, &req).await;
+        let m = next_msg(&mut call, "metadata").await;
+        check_metadata(&m, "doomed/journal", 0, 4, b"data", "metadata");
+        expect_content(&mut call, 0, b"data", "content").await;
+        assert_quiet(&mut call, 200, "blocked at the head").await;
+        let r = apply(&ch, vec![delete("doomed/journal", -1)])
+            .await
+            .unwrap();
+        assert_status(r.status, Status::Ok, "delete");
+        assert_eof(&mut call, "blocking read of a deleted journal").await;
+
+        let mut call = read_stream(&ch, &read_req("doomed/journal", 0))
+            .await
+            .unwrap();
+        let (msgs, end) = collect::<ReadResponse>(&mut call).await;
+        end.expect("Read of a deleted journal");
+        assert_status(msgs[0].status, Status::JournalNotFound, "read after delete");
+        assert_serving(&b).await;
+    })
+    .await
+}
+
 /// A client cancelling a blocking read (RST_STREAM) doesn't disturb the broker, and
 /// many concurrent blocking reads all see a commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -354,3 +354,48 @@ async fn kill9_does_not_resurrect_uncommitted_bytes() {
     })
     .await
 }
+
+/// The durability checker itself must reject the failures it is meant to catch.
+#[test]
+fn verify_content_rejects_loss_reordering_and_strays() {
+    let r = |w, s| make_record(w, s, 10 + s as usize);
+    let mut ledger = Ledger::default();
+    let (a, b2, c) = (r(0, 1), r(1, 1), r(0, 2));
+    ledger.acked.insert((0, 1), (0, a.clone()));
+    ledger.acked.insert((1, 1), (a.len() as i64, b2.clone()));
+    ledger.in_flight.insert((0, 2));
+    let ok = [a.clone(), b2.clone()].concat();
+    assert_eq!(verify_content(&ok, &ledger), 2);
+    let with_tail = [a.clone(), b2.clone(), c.clone()].concat();
+    assert_eq!(
+        verify_content(&with_tail, &ledger),
+        3,
+        "in-flight tail allowed"
+    );
+
+    let fails = |data: Vec<u8>| {
+        let l = &ledger;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verify_content(&data, l))).is_err()
+    };
+    assert!(fails(a.clone()), "missing acknowledged record");
+    assert!(
+        fails([b2.clone(), a.clone()].concat()),
+        "acknowledged records out of place"
+    );
+    assert!(
+        fails([a.clone(), c.clone(), b2.clone()].concat()),
+        "in-flight record before acked data"
+    );
+    assert!(
+        fails([a.clone(), b2.clone(), r(3, 3)].concat()),
+        "record never sent"
+    );
+    assert!(
+        fails([a.clone(), b2.clone(), b"junk".to_vec()].concat()),
+        "trailing garbage"
+    );
+    assert!(
+        fails([a.clone(), b2.clone(), c[..5].to_vec()].concat()),
+        "torn record"
+    );
+}
