@@ -71,12 +71,16 @@ print_log() {
   echo "---- end of broker log ----"
 }
 
-CORES_ARGS=()
-if [ -n "${COURANT_TPC_CORES:-}" ]; then
-  CORES_ARGS=(--tpc.cores "$COURANT_TPC_CORES")
+EXTRA_ARGS=()
+# Test servers listen on loopback only: Courant's --broker.bind defaults to 0.0.0.0 (as Gazette).
+if "$BROKER" serve --help 2>/dev/null | grep -q -- '--broker.bind'; then
+  EXTRA_ARGS+=(--broker.bind 127.0.0.1)
 fi
-echo "starting $BROKER on $ADDRESS (data dir $DATA, log $LOG)"
-"$BROKER" serve --broker.port "$PORT" --broker.host 127.0.0.1 --data-dir "$DATA" "${CORES_ARGS[@]}" \
+if [ -n "${COURANT_TPC_CORES:-}" ]; then
+  EXTRA_ARGS+=(--tpc.cores "$COURANT_TPC_CORES")
+fi
+echo "starting $BROKER ${EXTRA_ARGS[*]} on $ADDRESS (data dir $DATA, log $LOG)"
+"$BROKER" serve --broker.port "$PORT" --broker.host 127.0.0.1 --data-dir "$DATA" "${EXTRA_ARGS[@]}" \
   >"$LOG" 2>&1 </dev/null &
 BROKER_PID=$!
 
