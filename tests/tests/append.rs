@@ -759,3 +759,59 @@ async fn many_connections() {
     })
     .await
 }
+
+/// The commit carries the spec's compression codec, and so do the fragments a reader
+/// sees; a local spool is read back uncompressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_uses_spec_codec() {
+    within(30, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        for (name, codec) in [
+            (
+                "codec/snappy",
+                courant_tests::protocol::CompressionCodec::Snappy,
+            ),
+            (
+                "codec/gzip",
+                courant_tests::protocol::CompressionCodec::Gzip,
+            ),
+            (
+                "codec/zstd",
+                courant_tests::protocol::CompressionCodec::Zstandard,
+            ),
+        ] {
+            let mut s = spec(name, &[]);
+            s.fragment.as_mut().unwrap().compression_codec = codec as i32;
+            apply_specs(&ch, &[s]).await;
+            let resp = append_ok(&ch, name, b"compress me").await;
+            assert_eq!(
+                resp.commit.unwrap().compression_codec,
+                codec as i32,
+                "{name}: commit codec"
+            );
+            let mut call = read_stream(
+                &ch,
+                &courant_tests::protocol::ReadRequest {
+                    journal: name.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            let (msgs, end) = collect::<ReadResponse>(&mut call).await;
+            end.expect("Read");
+            assert_eq!(
+                msgs[0].fragment.as_ref().map(|f| f.compression_codec),
+                Some(codec as i32),
+                "{name}: fragment codec"
+            );
+            assert_eq!(
+                read_content(&ch, name).await,
+                b"compress me",
+                "{name}: content"
+            );
+        }
+    })
+    .await
+}

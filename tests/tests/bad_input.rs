@@ -553,6 +553,13 @@ async fn disconnect_rst_mid_append() {
                 s.send_msg(&AppendRequest::default()).await.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
+            // While the append is pending, its bytes are invisible to readers.
+            let (data, head) = read_all(&b.connect().await, "victim/journal", 0).await;
+            assert_eq!(
+                (data.as_slice(), head),
+                (&b"committed"[..], 9),
+                "{ctx}: pending bytes visible"
+            );
             s.reset(h2::Reason::CANCEL);
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert_victim_unchanged(&b, &ctx).await;

@@ -460,3 +460,50 @@ async fn scenario34_apply_revisions() {
     })
     .await
 }
+
+/// Response headers report the keyspace revision: the revision of the last change
+/// (Gazette's KeySpace header), on List, Read and Append alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_report_the_keyspace_revision() {
+    within(30, async {
+        let b = Broker::start(&[]).await;
+        let ch = b.connect().await;
+        let r1 = apply_specs(&ch, &[spec("rev/a", &[])]).await;
+        let r2 = apply_specs(&ch, &[spec("rev/b", &[])]).await;
+        assert!(r2 > r1);
+
+        let msgs = list(&ch, selector(&[], &[])).await.unwrap();
+        let (h, journals) = check_snapshot(&msgs, "List");
+        assert_eq!(h.etcd.unwrap().revision, r2, "List header revision");
+        let revs: Vec<i64> = journals.iter().map(|j| j.mod_revision).collect();
+        assert_eq!(revs, vec![r1, r2]);
+
+        let resp = append_ok(&ch, "rev/a", b"x").await;
+        assert_eq!(
+            resp.header.unwrap().etcd.unwrap().revision,
+            r2,
+            "Append header revision"
+        );
+        let mut call = read_stream(
+            &ch,
+            &courant_tests::protocol::ReadRequest {
+                journal: "rev/a".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let (msgs, _) = collect::<courant_tests::protocol::ReadResponse>(&mut call).await;
+        assert_eq!(
+            msgs[0].header.clone().unwrap().etcd.unwrap().revision,
+            r2,
+            "Read header revision"
+        );
+        // A failed transaction doesn't move the keyspace revision.
+        let r = apply(&ch, vec![create(spec("rev/a", &[]))]).await.unwrap();
+        assert_status(r.status, Status::EtcdTransactionFailed, "re-create");
+        let msgs = list(&ch, selector(&[], &[])).await.unwrap();
+        assert_eq!(check_snapshot(&msgs, "List").0.etcd.unwrap().revision, r2);
+    })
+    .await
+}
