@@ -162,6 +162,8 @@ impl Broker {
             cmd.arg("serve")
                 .args(["--broker.port", &port.to_string()])
                 .args(["--broker.host", "127.0.0.1"])
+                // Test servers listen on loopback only.
+                .args(["--broker.bind", "127.0.0.1"])
                 .arg("--data-dir")
                 .arg(&self.data_dir)
                 .args(&self.extra_args)
@@ -895,10 +897,16 @@ pub async fn read_all(ch: &Channel, journal: &str, offset: i64) -> (Vec<u8>, i64
             assert_status(
                 m.status,
                 Status::OffsetNotYetAvailable,
-                &format!("{ctx}: last message"),
+                &format!("{ctx}: last message {m:?}"),
             );
-            assert_eq!(m.offset, next, "{ctx}: final offset");
-            assert_eq!(m.write_head, next, "{ctx}: final write_head");
+            assert_eq!(
+                (m.offset, m.write_head),
+                (next, next),
+                "{ctx}: final (offset, write_head) after reading {} bytes; last message {m:?}, \
+                 {} messages in all",
+                content.len(),
+                msgs.len()
+            );
             return (content, m.write_head);
         }
         assert_status(
