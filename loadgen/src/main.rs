@@ -323,6 +323,14 @@ async fn measure(args: &Args, setup: Setup) -> Report {
         writers.spawn(w.run(cfg.clone()));
     }
 
+    // The generator's own CPU over the window, to show how much of the machine it took.
+    let self_cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(instant_at(window.start_ns).into()).await;
+        let begin = report::process_cpu_s();
+        tokio::time::sleep_until(instant_at(window.end_ns).into()).await;
+        report::process_cpu_s() - begin
+    });
+
     let (stop_progress, stopped) = oneshot::channel();
     let progress = tokio::spawn(progress(
         stats.clone(),
@@ -355,6 +363,13 @@ async fn measure(args: &Args, setup: Setup) -> Report {
     }
     let _ = stop_progress.send(());
     let series = progress.await.unwrap_or_default();
+    // Finished unless the run was cut short, which cannot happen before the window ends.
+    let loadgen_cpu_s = if self_cpu.is_finished() {
+        self_cpu.await.ok()
+    } else {
+        self_cpu.abort();
+        None
+    };
 
     let hists = stats.final_hists();
     let counts = stats.window_counts();
@@ -402,6 +417,7 @@ async fn measure(args: &Args, setup: Setup) -> Report {
         e2e: Percentiles::of(&hists.e2e),
         errors: stats.errors(),
         series,
+        loadgen_cpu_s,
     }
 }
 

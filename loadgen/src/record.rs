@@ -165,9 +165,11 @@ pub struct AppendLayout {
     pub framing: Framing,
 }
 
-/// Encodes an append of records with the given `sizes`; record `i` carries timestamp
-/// `ts(i)`. `filler` must be at least as long as the largest record.
+/// Encodes an append of records with the given `sizes` into `buf` (cleared first; pass a
+/// recycled buffer to avoid fresh pages per append); record `i` carries timestamp `ts(i)`.
+/// `filler` must be at least as long as the largest record.
 pub fn encode_append(
+    mut buf: BytesMut,
     journal_frame: &[u8],
     sizes: &[usize],
     ts: impl Fn(usize) -> u64,
@@ -177,7 +179,8 @@ pub fn encode_append(
     let payload: usize = sizes.iter().sum();
     // Generous bound on the framing overhead: 5 + 1 + 10 bytes per chunk.
     let est_chunks = payload / layout.chunk_size.max(1) + 2;
-    let mut buf = BytesMut::with_capacity(journal_frame.len() + payload + 16 * est_chunks + 5);
+    buf.clear();
+    buf.reserve(journal_frame.len() + payload + 16 * est_chunks + 5);
     buf.extend_from_slice(journal_frame);
 
     let mut i = 0;
@@ -358,6 +361,7 @@ mod tests {
             framing: Framing::Newline,
         };
         let enc = encode_append(
+            BytesMut::new(),
             &journal_frame("a/journal"),
             &sizes,
             |i| 1_000 + i as u64,
@@ -396,7 +400,9 @@ mod tests {
             framing: Framing::None,
         };
         let sizes = [40, 40, 3000, 40];
-        let enc = encode_append(&journal_frame("j/1x"), &sizes, |_| 7, layout, &fill);
+        // A recycled buffer with old contents is cleared first.
+        let old = BytesMut::from(&b"stale bytes"[..]);
+        let enc = encode_append(old, &journal_frame("j/1x"), &sizes, |_| 7, layout, &fill);
         let msgs = decode_append(enc.frames);
         let lens: Vec<usize> = msgs.iter().map(|m| m.content.len()).collect();
         assert_eq!(lens, vec![0, 80, 3000, 40, 0]);

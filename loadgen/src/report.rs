@@ -93,6 +93,18 @@ impl Machine {
     }
 }
 
+/// CPU seconds (user + system) this process has used so far.
+pub fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass; zeroed is a valid rusage.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 /// Cores available to this process.
 pub fn cores() -> usize {
     std::thread::available_parallelism()
@@ -124,6 +136,8 @@ pub struct Report {
     pub e2e: Option<Percentiles>,
     pub errors: BTreeMap<String, ErrorCount>,
     pub series: Vec<IntervalSample>,
+    /// CPU seconds (user + system) the load generator used during the window.
+    pub loadgen_cpu_s: Option<f64>,
 }
 
 impl Report {
@@ -138,6 +152,15 @@ impl Report {
     }
     pub fn read_records_per_s(&self) -> f64 {
         self.counts.read_records as f64 / self.window_s
+    }
+    /// Cores the load generator kept busy during the window.
+    pub fn loadgen_cores(&self) -> Option<f64> {
+        self.loadgen_cpu_s.map(|s| s / self.window_s)
+    }
+    /// Load-generator CPU per acknowledged record, in nanoseconds.
+    pub fn loadgen_ns_per_record(&self) -> Option<f64> {
+        let records = self.counts.acked_records.max(1) as f64;
+        self.loadgen_cpu_s.map(|s| s * 1e9 / records)
     }
 }
 
@@ -227,6 +250,12 @@ pub fn format_text(r: &Report) -> String {
         "  appends/s   {:>14}",
         group(r.appends_per_s().round() as u64)
     );
+    if let (Some(cores), Some(ns)) = (r.loadgen_cores(), r.loadgen_ns_per_record()) {
+        let _ = writeln!(
+            w,
+            "  loadgen CPU {cores:>14.2}   cores ({ns:.0} ns per acknowledged record)"
+        );
+    }
     if r.readers {
         let _ = writeln!(
             w,
@@ -447,6 +476,8 @@ pub fn to_json(r: &Report) -> Value {
             })),
             "endToEndLatency90pctMs": pct_ms(&r.e2e, |p| ms(p.p90)),
             "errors": errors,
+            "loadgenCpuCores": r.loadgen_cores(),
+            "loadgenCpuNsPerRecord": r.loadgen_ns_per_record(),
             "mbPerSecondSeries": series(|s| json!(s.mb_per_s)),
         }),
     );
@@ -515,6 +546,7 @@ mod tests {
                 delay: None,
                 e2e: None,
             }],
+            loadgen_cpu_s: Some(0.5),
         }
     }
 
@@ -547,6 +579,10 @@ mod tests {
         assert!(text.contains("journals=4 rate=max"), "{text}");
         assert!(text.contains("loadgen/0000 .. loadgen/0003"), "{text}");
         assert!(text.contains("max rate"), "{text}");
+        assert!(
+            text.contains("0.25   cores (250 ns per acknowledged record)"),
+            "{text}"
+        );
         let row = text
             .lines()
             .find(|l| l.trim_start().starts_with("append "))
@@ -587,6 +623,8 @@ mod tests {
         assert!(v["aggregatedPublishDelayLatency50pct"].is_null());
         assert_eq!(v["courant"]["recordsPerSecond"], 1e6);
         assert_eq!(v["courant"]["appendRpcLatencyMs"]["count"], 1000);
+        assert_eq!(v["courant"]["loadgenCpuCores"], 0.25);
+        assert!(process_cpu_s() > 0.0);
         assert_eq!(v["courant"]["params"]["rate"], "max");
         assert_eq!(
             v["courant"]["errors"]["append status NO_JOURNAL_PRIMARY_BROKER"]["count"],

@@ -23,7 +23,7 @@ use crate::pacer;
 use crate::record::{AppendLayout, SizeRange, SplitMix64, encode_append, journal_frame};
 use crate::schedule::Schedule;
 use crate::stats::{Batch, Stats};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use protocol::Status;
 use protocol::grpc::Channel;
 use std::sync::Arc;
@@ -63,12 +63,25 @@ pub struct JournalWriter {
     pub acked_end: Arc<AtomicI64>,
 }
 
+/// Keeps the buffer of a finished append for reuse, if nothing else still refers to it.
+fn recycle(free: &mut Vec<BytesMut>, done: Option<Result<Bytes, tokio::task::JoinError>>) {
+    if let Some(Ok(frames)) = done
+        && let Ok(buf) = frames.try_into_mut()
+    {
+        free.push(buf);
+    }
+}
+
 impl JournalWriter {
     pub async fn run(self, cfg: Arc<WriterConfig>) {
         let frame = journal_frame(&self.journal);
         let mut rng = SplitMix64::new(cfg.seed ^ (self.index as u64).wrapping_mul(0x9E37_79B9));
         let mut sizes = Vec::with_capacity(cfg.records_per_append);
-        let mut tasks = JoinSet::new();
+        let mut tasks: JoinSet<Bytes> = JoinSet::new();
+        // Buffers of finished appends, reused so that each append does not fault in fresh
+        // pages (large allocations are mmapped afresh by the allocator).
+        let mut free: Vec<BytesMut> = Vec::with_capacity(cfg.in_flight);
+
         let this = Arc::new(self);
         let schedule = cfg.rate.map(|rate| {
             Schedule::for_journal(
@@ -99,7 +112,7 @@ impl JournalWriter {
             };
             // Keep at most `in_flight` appends outstanding.
             while tasks.len() >= cfg.in_flight {
-                tasks.join_next().await;
+                recycle(&mut free, tasks.join_next().await);
             }
             let send_ns = now_ns();
             let (first_ns, step_ns) = if schedule.is_some() {
@@ -113,6 +126,7 @@ impl JournalWriter {
             sizes.clear();
             sizes.extend((0..cfg.records_per_append).map(|_| cfg.sizes.sample(&mut rng)));
             let encoded = encode_append(
+                free.pop().unwrap_or_default(),
                 &frame,
                 &sizes,
                 |i| first_ns + (i as f64 * step_ns) as u64,
@@ -128,7 +142,12 @@ impl JournalWriter {
             };
             cfg.stats.on_dispatch(&batch);
             let (cfg2, this2) = (cfg.clone(), this.clone());
-            tasks.spawn(async move { this2.append(&cfg2, encoded.frames, batch).await });
+            tasks.spawn(async move {
+                // Once h2 has sent and dropped its slices, this handle is the only one left.
+                let keep = encoded.frames.clone();
+                this2.append(&cfg2, encoded.frames, batch).await;
+                keep
+            });
         }
         // Let outstanding appends finish (the caller's deadline bounds this).
         while tasks.join_next().await.is_some() {}
