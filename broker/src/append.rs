@@ -39,6 +39,7 @@ pub async fn append(
     }
     let replica = core.replica(&res.journal).await?;
     let mut spool = replica.spool.lock().await;
+    let acquired = std::time::Instant::now();
     // Discard content of any earlier append that was abandoned mid-stream (its task was
     // dropped on a deadline or cancellation before it could roll back itself).
     spool.rollback();
@@ -48,6 +49,30 @@ pub async fn append(
         return respond_status(out, res.status, res.header, None).await;
     }
     let spec = res.spec.clone().expect("an OK resolution has a spec");
+
+    // The journal's first store must be healthy, and its stores listed at least once.
+    let first_store = core.stores.stores_of(&spec).swap_remove(0);
+    if let Err(error) = crate::stores::await_healthy(core, &first_store).await {
+        let resp = AppendResponse {
+            status: Status::FragmentStoreUnhealthy as i32,
+            header: Some(res.header),
+            store_health_error: error,
+            ..Default::default()
+        };
+        return out.send(&resp).await;
+    }
+    loop {
+        let changed = replica.index.borrow().changed();
+        if replica.index.borrow().refreshed() {
+            break;
+        }
+        changed.await;
+        if replica.index.borrow().is_closed() {
+            return Err(RpcError::unknown(
+                "journal replica closed before its first listing",
+            ));
+        }
+    }
 
     // Validate preconditions, in Gazette's order.
     let registers = spool.registers().clone();
@@ -62,10 +87,18 @@ pub async fn append(
     if spool.fragment().end < suspend_offset {
         roll_to = Some(suspend_offset);
     }
-    let (index_min, index_max) = {
-        let index = replica.index.borrow();
-        (index.begin(), index.write_head())
-    };
+    let (index_min, index_max, index_mod_time) = replica.index.borrow().summary();
+    // Courant's single node is the journal's only writer: when its own earlier fragments
+    // were all persisted (and their local files removed), its empty spool resumes at the
+    // listed write head rather than failing with INDEX_HAS_GREATER_OFFSET. A journal this
+    // broker never wrote keeps Gazette's rule (`gazctl journals reset-head`).
+    if roll_to.is_none()
+        && replica.wrote_before
+        && spool.fragment().begin == spool.fragment().end
+        && spool.fragment().end < index_max
+    {
+        roll_to = Some(index_max);
+    }
     let spool_end = roll_to.unwrap_or(spool.fragment().end);
     let max_offset = spool_end.max(index_max);
     if spool_end != max_offset && req.offset == 0 && may_write(&spec) {
@@ -93,9 +126,23 @@ pub async fn append(
                 let res = resolve(core, &req).await?;
                 return respond_status(out, res.status, res.header, None).await;
             }
-            // A local index is never "clean" (fully persisted) until fragment stores exist,
-            // so only SUSPEND_NOW suspends partially here.
-            if level == Level::None && req.suspend == SuspendMode::Now as i32 {
+            // The index is "clean" when its last fragment has been persisted for longer
+            // than the flush interval (24 h when unset): the journal is idle.
+            let flush_secs = spec
+                .fragment
+                .as_ref()
+                .and_then(|f| f.flush_interval)
+                .map_or(0, |d| d.seconds);
+            let flush_secs = if flush_secs == 0 {
+                24 * 60 * 60
+            } else {
+                flush_secs
+            };
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let index_dirty = index_mod_time == 0 || index_mod_time > now - flush_secs;
+            if level == Level::None && (!index_dirty || req.suspend == SuspendMode::Now as i32) {
                 update_suspend(core, &res, Level::Partial, spool_end).await?;
                 roll_to = Some(spool_end);
                 final_status = Status::Suspended;
@@ -115,7 +162,8 @@ pub async fn append(
     if let Some(at) = maybe_roll(&spool, roll_to, &spec)
         && let Some(done) = spool.roll(at, codec_of(&spec)).await.map_err(storage_err)?
     {
-        replica.index.borrow_mut().add_local(done);
+        replica.index.borrow_mut().add_local(done.clone());
+        replica.persist(core, done);
     }
     let begin = spool.fragment().end;
     let mut summer = Sha1::new();
@@ -193,6 +241,7 @@ pub async fn append(
             }
         };
         replica.on_commit(&spool);
+        crate::metrics::append_committed(&res.journal, appended as u64, acquired, begin + appended);
         committed
     };
     let commit = Fragment {

@@ -168,3 +168,47 @@ pub async fn forward(
     };
     future::or(pump_in, pump_out).await;
 }
+
+/// The client's ends of a call that a front end other than gRPC (the HTTP gateway) issues
+/// to a journal's owner core: request frame bodies in, encoded response frames out.
+pub struct ChannelClient {
+    /// Request frame bodies (protobuf, no gRPC prefix). Dropping it is the client's EOF.
+    pub requests: flume::Sender<Result<Bytes, RpcError>>,
+    pub responses: flume::Receiver<OutMsg>,
+    /// Dropping it tells the owner that the client went away (never sent on).
+    #[allow(dead_code)]
+    pub cancel: flume::Sender<()>,
+}
+
+impl ChannelClient {
+    /// The next response message; `Ok(None)` once the call finished OK.
+    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
+        match self.responses.recv_async().await {
+            Ok(OutMsg::Frame(frame)) => {
+                // Frames are whole gRPC frames (5-byte prefix) made by `encode_frame`.
+                decode_message(frame.slice(5.min(frame.len())..)).map(Some)
+            }
+            Ok(OutMsg::Finish(outcome)) => outcome.map(|()| None),
+            Err(_) => Err(RpcError::internal(
+                "the journal's owner core dropped the call",
+            )),
+        }
+    }
+}
+
+/// Builds a call over channels: the owner's ends and the client's.
+pub fn channel_call() -> (CallIn, CallOut, ChannelClient) {
+    let (in_tx, in_rx) = flume::bounded(FORWARD_DEPTH);
+    let (out_tx, out_rx) = flume::bounded(FORWARD_DEPTH);
+    let (cancel_tx, cancel_rx) = flume::bounded::<()>(1);
+    let output = CallOut::Remote {
+        tx: out_tx,
+        cancel: cancel_rx,
+    };
+    let client = ChannelClient {
+        requests: in_tx,
+        responses: out_rx,
+        cancel: cancel_tx,
+    };
+    (CallIn::Remote(in_rx), output, client)
+}

@@ -62,6 +62,24 @@ pub struct ServeConfig {
     /// Logging level: trace, debug, info, warn, error.
     #[arg(long = "log.level", env = "LOG_LEVEL", default_value = "warn")]
     pub log_level: String,
+    /// Logging output format: text or json ("color" is accepted as text).
+    #[arg(long = "log.format", env = "LOG_FORMAT", default_value = "text",
+          value_parser = ["text", "json", "color"])]
+    pub log_format: String,
+    /// Whitespace or comma separated base64 keys verifying (and, the first, signing)
+    /// authorization tokens. `AA==` also admits requests without a token. Empty: no auth.
+    #[arg(
+        long = "broker.auth-keys",
+        env = "BROKER_AUTH_KEYS",
+        default_value = ""
+    )]
+    pub auth_keys: String,
+    /// Also serve `/debug/ready` and `/debug/metrics` on this separate port (HTTP/1.1).
+    #[arg(long = "debug.port", env = "DEBUG_PORT")]
+    pub debug_port: Option<u16>,
+    /// Don't serve `/debug/*` on the main port (only on `--debug.port`, if set).
+    #[arg(long = "debug.private", env = "DEBUG_PRIVATE")]
+    pub debug_private: bool,
     /// Directory for spools and the embedded keyspace.
     #[arg(
         long = "data-dir",
@@ -69,6 +87,20 @@ pub struct ServeConfig {
         default_value = "courant-data"
     )]
     pub data_dir: PathBuf,
+    /// Root directory of `file://` fragment stores (default: `<data-dir>/fragments`, which
+    /// also holds the fragments of journals whose spec names no store).
+    #[arg(long = "broker.file-root", env = "BROKER_FILE_ROOT")]
+    pub file_root: Option<PathBuf>,
+    /// Map every fragment store to a `file://` store at `--broker.file-root`, prefix `/`.
+    #[arg(long = "broker.file-only", env = "BROKER_FILE_ONLY")]
+    pub file_only: bool,
+    /// Fragment uploads in flight at once (each holds at most ~15 MiB of memory).
+    #[arg(
+        long = "store.max-uploads",
+        env = "COURANT_STORE_MAX_UPLOADS",
+        default_value_t = 8
+    )]
+    pub max_uploads: usize,
     /// Executor cores (threads pinned one per CPU). Default: every available CPU.
     #[arg(long = "tpc.cores", env = "COURANT_TPC_CORES")]
     pub cores: Option<usize>,

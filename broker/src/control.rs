@@ -3,7 +3,9 @@
 //! Lives on: its own OS thread running a current-thread tokio runtime. Executor cores never
 //! block on it: they send owned [`ControlMsg`]s over a bounded channel and await a reply
 //! channel, and they read keyspace [`Snapshot`]s through a `tokio::sync::watch` channel,
-//! whose futures need no runtime.
+//! whose futures need no runtime. The fragment-store service (`crate::stores::persist`:
+//! uploads, listings, object reads, health checks) runs on the same runtime as tasks beside
+//! the keyspace loop.
 
 use crate::keyspace::{Backend, Compare, Op, Snapshot, TxnOutcome};
 use std::sync::Arc;
@@ -68,10 +70,16 @@ impl KeySpaceHandle {
     }
 }
 
-/// Starts the control thread around `backend` and returns the handle cores use.
-pub fn start(mut backend: Box<dyn Backend + Send>) -> KeySpaceHandle {
+/// Starts the control thread around `backend` and the fragment-store service, and returns
+/// the handles cores use.
+pub fn start(
+    mut backend: Box<dyn Backend + Send>,
+    stores: crate::stores::StoresConfig,
+) -> (KeySpaceHandle, crate::stores::persist::StoreHandle) {
     let (tx, rx) = flume::bounded::<ControlMsg>(1024);
     let (watch_tx, watch_rx) = watch::channel(backend.snapshot());
+    let (store_handle, store_inbox) = crate::stores::persist::channel();
+    let store_watch = watch_rx.clone();
     std::thread::Builder::new()
         .name("courant-control".into())
         .spawn(move || {
@@ -80,6 +88,11 @@ pub fn start(mut backend: Box<dyn Backend + Send>) -> KeySpaceHandle {
                 .build()
                 .expect("building the control thread's tokio runtime");
             rt.block_on(async move {
+                tokio::spawn(crate::stores::persist::serve(
+                    stores,
+                    store_watch,
+                    store_inbox,
+                ));
                 while let Ok(msg) = rx.recv_async().await {
                     match msg {
                         ControlMsg::Txn {
@@ -106,8 +119,9 @@ pub fn start(mut backend: Box<dyn Backend + Send>) -> KeySpaceHandle {
             });
         })
         .expect("spawning the control thread");
-    KeySpaceHandle {
+    let keyspace = KeySpaceHandle {
         tx,
         watch: watch_rx,
-    }
+    };
+    (keyspace, store_handle)
 }

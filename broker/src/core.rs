@@ -29,6 +29,15 @@ pub enum FirstRequest {
 }
 
 impl FirstRequest {
+    /// The RPC's name, as metrics label it.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            FirstRequest::Append(_) => "Append",
+            FirstRequest::Read(_) => "Read",
+            FirstRequest::Fragments(_) => "ListFragments",
+        }
+    }
+
     fn journal(&self) -> &str {
         let name = match self {
             FirstRequest::Append(r) => &r.journal,
@@ -58,8 +67,12 @@ pub struct Core {
     pub process_id: Id,
     pub endpoint: String,
     pub peers: Vec<flume::Sender<CoreMsg>>,
+    /// Verifies each call's authorization (`--broker.auth-keys`); off when no keys.
+    pub auth: Arc<crate::auth::Auth>,
     /// Replicas of journals owned by this core, opened on first use.
     pub replicas: RefCell<HashMap<String, Rc<tokio::sync::OnceCell<Rc<Replica>>>>>,
+    /// This core's view of the fragment stores (served by the control thread).
+    pub stores: crate::stores::persist::CoreStores,
 }
 
 /// The core that owns `journal`: a stable hash, identical on every core and every restart.
@@ -129,6 +142,25 @@ impl Core {
         }
     }
 
+    /// Starts a journal call on the journal's owner core for a front end other than gRPC
+    /// (the HTTP gateway), returning the client's ends; `None` if the owner has stopped.
+    pub async fn start_journal_call(
+        &self,
+        first: FirstRequest,
+        timeout: Option<Duration>,
+    ) -> Option<call::ChannelClient> {
+        let owner = owner_core(first.journal(), self.cores);
+        let (input, output, client) = call::channel_call();
+        let msg = CoreMsg::Call {
+            first,
+            input,
+            output,
+            timeout,
+        };
+        self.peers[owner].send_async(msg).await.ok()?;
+        Some(client)
+    }
+
     /// Routes one incoming call to its handler, on this core or the journal's owner.
     pub async fn dispatch(self: Rc<Self>, mut call: ServerCall) {
         if let Err(err) = call.check_headers() {
@@ -137,36 +169,51 @@ impl Core {
         }
         call.outbound
             .insert_header("x-courant-core", HeaderValue::from(self.index));
+        let claims = match self.auth.verify_call(&call.path, &call.metadata) {
+            Ok(claims) => claims,
+            Err(err) => {
+                call.outbound.finish(Err(err));
+                return;
+            }
+        };
+        // The call's deadline is at most its authorization's expiry.
+        call.timeout = claims.bound(call.timeout);
         let path = std::mem::take(&mut call.path);
         let timeout = call.timeout;
         match path.as_str() {
             "/protocol.Journal/List" => {
                 let core = self.clone();
-                run_local(call, timeout, async move |input, out| {
-                    crate::list::list(&core, input, out).await
+                run_local("List", call, timeout, async move |input, out| {
+                    crate::list::list(&core, &claims, input, out).await
                 })
                 .await
             }
             "/protocol.Journal/Apply" => {
                 let core = self.clone();
-                run_local(call, timeout, async move |input, out| {
-                    crate::list::apply(&core, input, out).await
+                run_local("Apply", call, timeout, async move |input, out| {
+                    crate::list::apply(&core, &claims, input, out).await
                 })
                 .await
             }
-            "/protocol.Journal/Append" => self.route_journal_call(call, "Append").await,
-            "/protocol.Journal/Read" => self.route_journal_call(call, "Read").await,
+            "/protocol.Journal/Append" => self.route_journal_call(call, "Append", claims).await,
+            "/protocol.Journal/Read" => self.route_journal_call(call, "Read", claims).await,
             "/protocol.Journal/ListFragments" => {
-                self.route_journal_call(call, "ListFragments").await
+                self.route_journal_call(call, "ListFragments", claims).await
             }
             "/protocol.Journal/Replicate" => call.outbound.finish(Err(RpcError::new(
                 Code::Unimplemented,
                 "Replicate is served only in cluster mode (etcd), which this broker is not running",
             ))),
-            "/protocol.Journal/FragmentStoreHealth" => call.outbound.finish(Err(RpcError::new(
-                Code::Unimplemented,
-                "FragmentStoreHealth is not implemented yet: this broker has no fragment stores",
-            ))),
+            "/protocol.Journal/FragmentStoreHealth" => {
+                let core = self.clone();
+                run_local(
+                    "FragmentStoreHealth",
+                    call,
+                    timeout,
+                    async move |input, out| crate::stores::health_rpc(&core, input, out).await,
+                )
+                .await
+            }
             other => call.outbound.finish(Err(RpcError::new(
                 Code::Unimplemented,
                 format!("unknown method {other}"),
@@ -174,7 +221,12 @@ impl Core {
         }
     }
 
-    async fn route_journal_call(self: Rc<Self>, mut call: ServerCall, method: &str) {
+    async fn route_journal_call(
+        self: Rc<Self>,
+        mut call: ServerCall,
+        method: &str,
+        claims: crate::auth::Claims,
+    ) {
         let first = match call.inbound.next_frame().await {
             Ok(Some(frame)) => frame,
             Ok(None) => {
@@ -200,6 +252,10 @@ impl Core {
                 return;
             }
         };
+        if !crate::auth::in_scope(&self, &claims, first.journal()) {
+            crate::auth::answer_out_of_scope(&self, &first, call.outbound).await;
+            return;
+        }
         let owner = owner_core(first.journal(), self.cores);
         call.outbound
             .insert_header("x-courant-owner-core", HeaderValue::from(owner));
@@ -227,13 +283,16 @@ impl Core {
 
 /// Runs a handler not scoped to a journal on the accepting core.
 async fn run_local(
+    operation: &str,
     call: ServerCall,
     timeout: Option<Duration>,
     handler: impl AsyncFnOnce(&mut CallIn, &mut CallOut) -> Result<(), RpcError>,
 ) {
+    crate::metrics::rpc_started(operation);
     let mut input = CallIn::H2(call.inbound);
     let mut output = CallOut::H2(call.outbound);
     let outcome = with_deadline(timeout, handler(&mut input, &mut output)).await;
+    crate::metrics::rpc_completed(operation, outcome.is_ok());
     output.finish(outcome);
 }
 
@@ -245,6 +304,8 @@ async fn run_journal_call(
     mut output: CallOut,
     timeout: Option<Duration>,
 ) {
+    let operation = first.operation();
+    crate::metrics::rpc_started(operation);
     let outcome = with_deadline(timeout, async {
         match first {
             FirstRequest::Append(req) => {
@@ -257,6 +318,7 @@ async fn run_journal_call(
         }
     })
     .await;
+    crate::metrics::rpc_completed(operation, outcome.is_ok());
     output.finish(outcome);
 }
 

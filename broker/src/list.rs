@@ -3,6 +3,7 @@
 //! Lives on: the accepting core (these RPCs are not scoped to one journal). They read the
 //! core's keyspace snapshot and send transactions to the control thread.
 
+use crate::auth::Claims;
 use crate::call::{CallIn, CallOut};
 use crate::core::Core;
 use crate::keyspace::{Compare, Op, Snapshot, item_key};
@@ -17,7 +18,12 @@ use std::rc::Rc;
 /// Journals per ListResponse message.
 const LIST_CHUNK: usize = 25;
 
-pub async fn list(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Result<(), RpcError> {
+pub async fn list(
+    core: &Rc<Core>,
+    claims: &Claims,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
     let req: ListRequest = input
         .next()
         .await?
@@ -25,6 +31,8 @@ pub async fn list(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Res
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let selector = labels::rewrite_prefix_selector(&req.selector.clone().unwrap_or_default());
+    // The token's selector filters too (its `prefix` labels rewritten the same way).
+    let scope = labels::rewrite_prefix_selector(&claims.selector);
 
     let mut watch = core.keyspace.subscribe();
     let mut min_revision = req
@@ -41,7 +49,7 @@ pub async fn list(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Res
             }
             continue;
         }
-        let matched = matching(core, &snapshot, &selector);
+        let matched = matching(core, &snapshot, &selector, &scope);
         let fingerprint = (
             matched.len(),
             matched.iter().map(|j| j.mod_revision).max().unwrap_or(0),
@@ -78,6 +86,7 @@ fn matching(
     core: &Core,
     snapshot: &Snapshot,
     selector: &protocol::LabelSelector,
+    scope: &protocol::LabelSelector,
 ) -> Vec<list_response::Journal> {
     snapshot
         .journals
@@ -87,7 +96,7 @@ fn matching(
                 &item.spec.labels.clone().unwrap_or_default(),
                 &item.spec.name,
             );
-            labels::matches(selector, &set)
+            labels::matches(selector, &set) && labels::matches(scope, &set)
         })
         .map(|item| list_response::Journal {
             spec: Some(item.spec.clone()),
@@ -121,7 +130,12 @@ async fn send_snapshot(
     Ok(())
 }
 
-pub async fn apply(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Result<(), RpcError> {
+pub async fn apply(
+    core: &Rc<Core>,
+    claims: &Claims,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
     let req: ApplyRequest = input
         .next()
         .await?
@@ -135,6 +149,10 @@ pub async fn apply(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Re
     for change in &req.changes {
         let (key, op) = match (&change.upsert, change.delete.is_empty()) {
             (Some(spec), _) => {
+                // Upserts are authorized against the journal's labels and name.
+                if !claims.admits(&spec.name, spec.labels.as_ref()) {
+                    return Err(not_authorized(&spec.name));
+                }
                 let key = item_key(root, &spec.name);
                 let op = Op::Put {
                     key: key.clone(),
@@ -143,6 +161,10 @@ pub async fn apply(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Re
                 (key, op)
             }
             (None, _) => {
+                // Deletes are authorized by name alone.
+                if !claims.admits(&change.delete, None) {
+                    return Err(not_authorized(&change.delete));
+                }
                 let key = item_key(root, &change.delete);
                 (key.clone(), Op::Delete { key })
             }
@@ -179,4 +201,11 @@ pub async fn apply(core: &Rc<Core>, input: &mut CallIn, out: &mut CallOut) -> Re
         header: Some(header),
     })
     .await
+}
+
+fn not_authorized(journal: &str) -> RpcError {
+    RpcError::new(
+        protocol::grpc::Code::Unauthenticated,
+        format!("not authorized to {journal}"),
+    )
 }

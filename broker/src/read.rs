@@ -6,14 +6,18 @@
 use crate::call::CallOut;
 use crate::core::Core;
 use crate::resolver::{self, Args};
+use bytes::Bytes;
 use protocol::grpc::RpcError;
 use protocol::validate::Validate;
+use protocol::{CompressionCodec, Fragment};
 use protocol::{
     FragmentsRequest, FragmentsResponse, Header, JournalSpec, ReadRequest, ReadResponse, Status,
     fragments_response,
 };
 use std::rc::Rc;
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
+use storage::codec::Decompressor;
 use storage::index::Query;
 
 /// Largest content chunk of a ReadResponse: `(1 << 15) - 32`, so a marshalled message stays
@@ -65,7 +69,12 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
             .await;
     }
     let replica = core.replica(&res.journal).await?;
+    crate::metrics::read_started(&res.journal);
     let mut offset = req.offset;
+    // Courant waits for the first listing of the journal's stores before serving, so that
+    // a broker that just started does not answer OFFSET_NOT_YET_AVAILABLE for history its
+    // stores hold (local fragments alone would suffice only for local history).
+    wait_for_first_listing(&replica).await;
 
     loop {
         let changed = replica.index.borrow().changed();
@@ -122,12 +131,20 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         };
         offset = next;
         let write_head = replica.index.borrow().write_head();
+        // A persisted fragment's metadata always carries a signed URL, even when this
+        // broker then streams it itself (Gazette does the same).
+        let fragment_url = if is_persisted(&fragment) {
+            sign_one(core, &fragment, FRAGMENT_URL_TTL).await?
+        } else {
+            String::new()
+        };
         out.send(&ReadResponse {
             status: Status::Ok as i32,
             header: header.take(),
             offset,
             write_head,
             fragment: Some(fragment.clone()),
+            fragment_url,
             ..Default::default()
         })
         .await?;
@@ -135,11 +152,17 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
             return Ok(());
         }
         let Some(file) = file else {
-            // A persisted fragment: streaming it from its store arrives with fragment stores.
-            return Err(RpcError::unknown(format!(
-                "fragment {}-{} is not held locally and fragment stores are not supported yet",
-                fragment.begin, fragment.end
-            )));
+            if req.do_not_proxy {
+                // The client fetches `fragment_url` itself.
+                return Ok(());
+            }
+            let from = offset;
+            offset = stream_persisted(core, out, &fragment, offset, req.end_offset).await?;
+            crate::metrics::read_bytes(&res.journal, (offset - from) as u64);
+            if req.end_offset != 0 && offset >= req.end_offset {
+                return Ok(());
+            }
+            continue;
         };
         let mut end = fragment.end;
         if req.end_offset != 0 {
@@ -164,11 +187,124 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
             })
             .await?;
             offset += n;
+            crate::metrics::read_bytes(&res.journal, n as u64);
         }
         if req.end_offset != 0 && offset >= req.end_offset {
             return Ok(());
         }
     }
+}
+
+/// Waits until the replica's index has applied a store listing (or was closed).
+async fn wait_for_first_listing(replica: &crate::replica::Replica) {
+    loop {
+        let changed = replica.index.borrow().changed();
+        if replica.index.borrow().refreshed() || replica.index.borrow().is_closed() {
+            return;
+        }
+        changed.await;
+    }
+}
+
+/// TTL of the signed `fragment_url` of Read metadata.
+const FRAGMENT_URL_TTL: Duration = Duration::from_secs(60);
+
+fn is_persisted(f: &Fragment) -> bool {
+    !f.backing_store.is_empty() && f.mod_time != 0
+}
+
+async fn sign_one(core: &Rc<Core>, f: &Fragment, ttl: Duration) -> Result<String, RpcError> {
+    let signed = core
+        .stores
+        .handle
+        .sign(vec![f.clone()], ttl)
+        .await
+        .map_err(RpcError::unknown)?;
+    signed
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err("no signature returned".into()))
+        .map_err(|e| RpcError::unknown(format!("signing fragment URL: {e}")))
+}
+
+/// Streams a persisted fragment from its store, from `offset` to its end (or `end_offset`):
+/// raw chunks arrive from the control thread, are decompressed here in bounded pieces, the
+/// bytes before `offset` are discarded, and the rest go out in chunks of at most
+/// [`READ_CHUNK`]. A store error, a corrupt object, or one that holds fewer bytes than the
+/// fragment's span fails the read (an RPC error, never a crash). Returns the next offset.
+async fn stream_persisted(
+    core: &Rc<Core>,
+    out: &mut CallOut,
+    fragment: &Fragment,
+    mut offset: i64,
+    end_offset: i64,
+) -> Result<i64, RpcError> {
+    let fail = |what: String| {
+        RpcError::unknown(format!(
+            "reading fragment {} of {}: {what}",
+            storage::naming::content_name(fragment),
+            fragment.backing_store
+        ))
+    };
+    let end = if end_offset != 0 {
+        fragment.end.min(end_offset)
+    } else {
+        fragment.end
+    };
+    let reader = core
+        .stores
+        .handle
+        .open(fragment.clone())
+        .await
+        .map_err(fail)?;
+    let codec =
+        CompressionCodec::try_from(fragment.compression_codec).unwrap_or(CompressionCodec::None);
+    let mut decoder =
+        Decompressor::new(codec, reader.gzip_encoded).map_err(|e| fail(e.to_string()))?;
+    // Journal offset of the next decompressed byte.
+    let mut pos = fragment.begin;
+    let mut buf = Vec::new();
+    let mut finished = false;
+    while offset < end {
+        buf.clear();
+        match reader.chunks.recv_async().await {
+            Ok(Ok(chunk)) => decoder
+                .push(&chunk, &mut buf)
+                .map_err(|e| fail(e.to_string()))?,
+            Ok(Err(e)) => return Err(fail(e)),
+            Err(_) if !finished => {
+                decoder.finish(&mut buf).map_err(|e| fail(e.to_string()))?;
+                finished = true;
+            }
+            Err(_) => {
+                return Err(fail(format!(
+                    "unexpected EOF at offset {pos} (the fragment ends at {})",
+                    fragment.end
+                )));
+            }
+        }
+        // Discard up to `offset`, then send what lies before `end`.
+        let mut data: &[u8] = &buf;
+        if pos < offset {
+            let skip = ((offset - pos) as usize).min(data.len());
+            data = &data[skip..];
+            pos += skip as i64;
+        }
+        while !data.is_empty() && offset < end {
+            debug_assert_eq!(pos, offset);
+            let n = data.len().min(READ_CHUNK).min((end - offset) as usize);
+            out.send(&ReadResponse {
+                offset,
+                content: Bytes::copy_from_slice(&data[..n]),
+                ..Default::default()
+            })
+            .await?;
+            data = &data[n..];
+            offset += n as i64;
+            pos += n as i64;
+        }
+    }
+    Ok(offset)
 }
 
 /// Default and largest `page_limit` of ListFragments.
@@ -211,6 +347,7 @@ pub async fn list_fragments(
         req.page_limit
     } as usize;
 
+    wait_for_first_listing(&replica).await;
     let mut resp = respond(Status::Ok, res.header);
     let all = replica.index.borrow().fragments();
     let mut next_page_token = 0;
@@ -235,5 +372,26 @@ pub async fn list_fragments(
         });
     }
     resp.next_page_token = next_page_token;
+    if let Some(ttl) = req.signature_ttl {
+        // Only persisted fragments have something to sign.
+        let ttl = Duration::new(ttl.seconds.max(0) as u64, ttl.nanos.max(0) as u32);
+        let persisted: Vec<usize> = (0..resp.fragments.len())
+            .filter(|&i| resp.fragments[i].spec.as_ref().is_some_and(is_persisted))
+            .collect();
+        let specs = persisted
+            .iter()
+            .filter_map(|&i| resp.fragments[i].spec.clone())
+            .collect();
+        let signed = core
+            .stores
+            .handle
+            .sign(specs, ttl)
+            .await
+            .map_err(RpcError::unknown)?;
+        for (i, url) in persisted.into_iter().zip(signed) {
+            resp.fragments[i].signed_url =
+                url.map_err(|e| RpcError::unknown(format!("signing fragment URL: {e}")))?;
+        }
+    }
     out.send(&resp).await
 }

@@ -14,12 +14,17 @@ use std::time::Duration;
 use storage::index::Index;
 use storage::spool::Spool;
 
+use crate::stores::persist::{PersistJob, PersistOutcome};
+
 pub struct Replica {
     #[allow(dead_code)] // For logs and metrics.
     pub journal: String,
     pub spool: tokio::sync::Mutex<Spool>,
     pub index: RefCell<Index>,
     bucket: RefCell<TokenBucket>,
+    /// Whether this broker's data directory held the journal's spool before this open: an
+    /// empty spool behind a listed write head is then this broker's own persisted history.
+    pub wrote_before: bool,
 }
 
 impl Replica {
@@ -35,12 +40,17 @@ impl Replica {
             .and_then(|f| protocol::CompressionCodec::try_from(f.compression_codec).ok())
             .unwrap_or(protocol::CompressionCodec::None);
         let root = core.cfg.data_dir.join("spools");
+        // A spool directory means this broker wrote the journal before (blocking stat, once
+        // per journal assignment, as `Spool::open` itself does).
+        let wrote_before = storage::spool::journal_dir(&root, &journal)
+            .join("JOURNAL")
+            .exists();
         let (spool, recovered) = Spool::open(&root, &journal, codec)
             .await
             .map_err(|e| RpcError::unknown(format!("opening the spool of {journal}: {e}")))?;
         let mut index = Index::new();
-        for fragment in recovered {
-            index.add_local(fragment);
+        for fragment in &recovered {
+            index.add_local(fragment.clone());
         }
         let current = spool.fragment();
         if current.end > current.begin {
@@ -49,12 +59,49 @@ impl Replica {
                 file: spool.file(),
             });
         }
-        Ok(Rc::new(Replica {
+        let replica = Rc::new(Replica {
             journal,
             spool: tokio::sync::Mutex::new(spool),
             index: RefCell::new(index),
             bucket: RefCell::new(TokenBucket::new()),
-        }))
+            wrote_before,
+        });
+        glommio::spawn_local(refresh_loop(core.clone(), Rc::downgrade(&replica))).detach();
+        for fragment in recovered {
+            replica.persist(&core, fragment);
+        }
+        Ok(replica)
+    }
+
+    /// Hands a completed local fragment to the background uploader. When the store
+    /// confirms it, the index marks it persisted and only then are its local files removed.
+    /// The fragment stays indexed (and on disk) until then, however long that takes.
+    pub fn persist(self: &Rc<Self>, core: &Rc<Core>, done: storage::LocalFragment) {
+        let handle = core.stores.handle.clone();
+        let replica = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            let job = PersistJob {
+                fragment: done.fragment.clone(),
+                file: done.file.path().to_path_buf(),
+            };
+            let persisted = match handle.persist(job).await {
+                Ok(PersistOutcome::Persisted(f)) => f,
+                Ok(PersistOutcome::Dropped) => return,
+                Err(err) => {
+                    // The control thread is gone: the process is exiting. The files stay,
+                    // and the next start recovers and persists them.
+                    tracing::warn!(%err, "persisting a fragment was abandoned");
+                    return;
+                }
+            };
+            if let Some(replica) = replica.upgrade() {
+                replica.index.borrow_mut().mark_persisted(persisted);
+            }
+            if let Err(err) = done.file.remove().await {
+                tracing::warn!(%err, "removing the local files of a persisted fragment");
+            }
+        })
+        .detach();
     }
 
     /// How long a chunk of `n` bytes must wait under the journal's max append rate.
@@ -69,5 +116,50 @@ impl Replica {
             fragment: spool.fragment().clone(),
             file: spool.file(),
         });
+    }
+}
+
+/// Lists the journal's stores when the replica opens and every `refresh_interval` after
+/// (failures retried sooner), replacing the index's remote fragments. Ends when the replica
+/// is dropped or its index closed. Lives on: the journal's owner core.
+async fn refresh_loop(core: Rc<Core>, replica: std::rc::Weak<Replica>) {
+    loop {
+        let Some(journal) = replica.upgrade().map(|r| r.journal.clone()) else {
+            return;
+        };
+        let spec = core
+            .keyspace
+            .current()
+            .journals
+            .get(&journal)
+            .map(|item| item.spec.clone());
+        let Some(spec) = spec else {
+            return; // The journal was deleted; `watch_keyspace` closes the replica.
+        };
+        let interval = spec
+            .fragment
+            .as_ref()
+            .and_then(|f| f.refresh_interval)
+            .map_or(300, |d| d.seconds.max(1)) as u64;
+        let stores = core.stores.stores_of(&spec);
+        let listed = core.stores.handle.list(journal.clone(), stores).await;
+        let Some(replica) = replica.upgrade() else {
+            return;
+        };
+        if replica.index.borrow().is_closed() {
+            return;
+        }
+        let wait = match listed {
+            Ok(fragments) => {
+                replica.index.borrow_mut().replace_remote(fragments);
+                interval
+            }
+            Err(err) => {
+                tracing::warn!(journal = %journal, %err, "listing fragment stores (will retry)");
+                interval.min(5)
+            }
+        };
+        drop(replica);
+        glommio::timer::sleep(Duration::from_secs(wait)).await;
     }
 }

@@ -1,19 +1,25 @@
 //! Process start-up: the control thread, one executor per core, and per-core accept loops.
 //!
 //! Every core binds the same port (glommio sets SO_REUSEPORT), so the kernel spreads
-//! connections over cores; each connection lives on the core that accepted it.
+//! connections over cores; each connection lives on the core that accepted it. One port
+//! serves both protocols, as Gazette's cmux does: a connection that opens with the HTTP/2
+//! preface is gRPC, anything else is HTTP/1.x (`crate::http`).
 
 use crate::config::ServeConfig;
 use crate::core::{Core, CoreMsg, INBOX_DEPTH};
 use crate::keyspace::embedded::Embedded;
-use futures_lite::future;
+use bytes::{Buf, BytesMut};
+use futures_lite::io::{AsyncRead, AsyncWrite};
+use futures_lite::{AsyncReadExt, future};
 use glommio::{LocalExecutorBuilder, Placement};
 use protocol::grpc::ServerCall;
 use protocol::process_spec::Id;
 use std::cell::RefCell;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use tokio_util::compat::FuturesAsyncReadCompatExt;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 pub fn run(cfg: ServeConfig) -> Result<(), String> {
     use protocol::validate::Validate;
@@ -31,8 +37,12 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     let member_id =
         crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
     let backend = Embedded::open(&cfg.data_dir.join("keyspace"), &cfg.etcd_prefix, member_id)?;
-    let keyspace = crate::control::start(Box::new(backend));
+    let store_cfg = crate::stores::config_from(&cfg);
+    let default_store = store_cfg.default_store.clone();
+    let (keyspace, stores) = crate::control::start(Box::new(backend), store_cfg);
+    crate::shutdown::install()?;
 
+    let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);
     let cores = cfg.cores();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
@@ -43,6 +53,10 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     // Bind once up front so that a port in use is reported before any executor starts.
     std::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
         .map_err(|e| format!("binding {}:{}: {e}", cfg.bind, cfg.port))?;
+    if let Some(port) = cfg.debug_port {
+        std::net::TcpListener::bind((cfg.bind.as_str(), port))
+            .map_err(|e| format!("binding --debug.port {}:{port}: {e}", cfg.bind))?;
+    }
 
     let mut handles = Vec::new();
     for (index, inbox) in receivers.into_iter().enumerate() {
@@ -51,6 +65,9 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         let peers = senders.clone();
         let process_id = process_id.clone();
         let endpoint = endpoint.clone();
+        let auth = auth.clone();
+        let stores = stores.clone();
+        let default_store = default_store.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(index % cpus))
             .name(&format!("courant-core-{index}"))
             .io_memory(cfg.io_memory)
@@ -63,10 +80,19 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     process_id,
                     endpoint,
                     peers,
+                    auth,
                     replicas: RefCell::new(Default::default()),
+                    stores: crate::stores::persist::CoreStores::new(stores, default_store),
                 });
+                crate::metrics::register_core(index);
                 glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
                 glommio::spawn_local(core.clone().watch_keyspace()).detach();
+                glommio::spawn_local(close_on_shutdown(core.clone())).detach();
+                if index == 0
+                    && let Some(port) = core.cfg.debug_port
+                {
+                    glommio::spawn_local(debug_accept_loop(core.clone(), port)).detach();
+                }
                 if let Err(err) = accept_loop(core).await {
                     tracing::error!(core = index, %err, "accept loop failed");
                     std::process::exit(1);
@@ -82,10 +108,71 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     Ok(())
 }
 
+/// At the shutdown's closing stage, closes this core's replicas so that their blocked
+/// reads end with a clean EOF (as when a journal leaves the keyspace).
+async fn close_on_shutdown(core: Rc<Core>) {
+    let mut stage = crate::shutdown::subscribe();
+    crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing).await;
+    let replicas: Vec<_> = core.replicas.borrow().values().cloned().collect();
+    for cell in replicas {
+        if let Some(replica) = cell.get() {
+            replica.index.borrow_mut().close();
+        }
+    }
+}
+
+/// `--debug.port`: HTTP/1.1 `/debug/*` routes only, served by core 0.
+async fn debug_accept_loop(core: Rc<Core>, port: u16) {
+    let listener = match glommio::net::TcpListener::bind((core.cfg.bind.as_str(), port)) {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::error!(port, %err, "binding --debug.port");
+            std::process::exit(1);
+        }
+    };
+    let mut stage = crate::shutdown::subscribe();
+    loop {
+        let accepted = future::or(async { Some(listener.accept().await) }, async {
+            crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                let core = core.clone();
+                glommio::spawn_local(crate::http::serve_on(
+                    core,
+                    stream,
+                    BytesMut::new(),
+                    crate::http::Listener::Debug,
+                ))
+                .detach();
+            }
+            Some(Err(err)) => {
+                tracing::warn!(%err, "debug port accept failed");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 async fn accept_loop(core: Rc<Core>) -> std::io::Result<()> {
     let listener = glommio::net::TcpListener::bind((core.cfg.bind.as_str(), core.cfg.port))?;
+    let mut stage = crate::shutdown::subscribe();
     loop {
-        let stream = match listener.accept().await {
+        let accepted = future::or(async { Some(listener.accept().await) }, async {
+            crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
+            None
+        })
+        .await;
+        let Some(accepted) = accepted else {
+            // Shutting down: stop accepting (the listener closes), keep serving the rest.
+            drop(listener);
+            future::pending::<()>().await;
+            return Ok(());
+        };
+        let stream = match accepted {
             Ok(stream) => stream,
             Err(err) => {
                 // EMFILE and friends: back off rather than spin, keep serving.
@@ -99,8 +186,53 @@ async fn accept_loop(core: Rc<Core>) -> std::io::Result<()> {
     }
 }
 
-async fn serve_connection(core: Rc<Core>, stream: glommio::net::TcpStream) {
-    let io = stream.compat();
+/// The client connection preface of HTTP/2 (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Time a new connection has to show which protocol it speaks.
+const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads just enough of a new connection to tell HTTP/2 from HTTP/1.x: bytes until they
+/// diverge from the HTTP/2 preface or complete it. `None` if the peer closed or stalled.
+async fn sniff(stream: &mut glommio::net::TcpStream) -> Option<(bool, BytesMut)> {
+    let mut buf = BytesMut::new();
+    let read = async {
+        loop {
+            let mut chunk = [0u8; 64];
+            let want = (H2_PREFACE.len() - buf.len()).clamp(1, chunk.len());
+            let n = stream.read(&mut chunk[..want]).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+            let common = buf.len().min(H2_PREFACE.len());
+            if buf.get(..common) != H2_PREFACE.get(..common) {
+                return Some(false);
+            }
+            if buf.len() >= H2_PREFACE.len() {
+                return Some(true);
+            }
+        }
+    };
+    let is_h2 = future::or(read, async {
+        glommio::timer::sleep(SNIFF_TIMEOUT).await;
+        None
+    })
+    .await?;
+    Some((is_h2, buf))
+}
+
+async fn serve_connection(core: Rc<Core>, mut stream: glommio::net::TcpStream) {
+    let Some((is_h2, prefix)) = sniff(&mut stream).await else {
+        return;
+    };
+    if !is_h2 {
+        crate::http::serve(core, stream, prefix).await;
+        return;
+    }
+    let io = crate::io::Io(Rewind {
+        prefix: prefix.freeze(),
+        inner: stream,
+    });
     let handshake = h2::server::Builder::new()
         .initial_window_size(1 << 20)
         .initial_connection_window_size(8 << 20)
@@ -124,7 +256,26 @@ async fn serve_connection(core: Rc<Core>, stream: glommio::net::TcpStream) {
         None => return,
     };
     let max_recv = core.cfg.max_grpc_recv_size;
-    while let Some(accepted) = conn.accept().await {
+    let mut stage = crate::shutdown::subscribe();
+    let mut draining = false;
+    loop {
+        let next = future::or(async { Some(conn.accept().await) }, async {
+            if draining {
+                future::pending::<()>().await;
+            }
+            crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
+            None
+        })
+        .await;
+        let Some(next) = next else {
+            // GOAWAY: calls in flight finish, new ones go elsewhere.
+            conn.graceful_shutdown();
+            draining = true;
+            continue;
+        };
+        let Some(accepted) = next else {
+            break;
+        };
         match accepted {
             Ok((req, respond)) => {
                 let call = ServerCall::new(req, respond, max_recv);
@@ -135,5 +286,47 @@ async fn serve_connection(core: Rc<Core>, stream: glommio::net::TcpStream) {
                 break;
             }
         }
+    }
+}
+
+/// A stream whose first bytes were already read (while sniffing), replayed before the rest.
+struct Rewind<S> {
+    prefix: bytes::Bytes,
+    inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.len());
+            if let (Some(dst), Some(src)) = (buf.get_mut(..n), self.prefix.get(..n)) {
+                dst.copy_from_slice(src);
+            }
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(n));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
     }
 }

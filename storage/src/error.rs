@@ -34,6 +34,13 @@ pub enum StorageError {
     /// A read of a fragment file at an offset outside of the fragment.
     #[error("read at offset {offset} outside of fragment beginning at {begin}")]
     InvalidOffset { offset: i64, begin: i64 },
+    /// An object name in a fragment store that is not a fragment's content
+    /// name (listings skip such objects with a log line).
+    #[error("not a fragment name ({name}): {reason}")]
+    InvalidName { name: String, reason: String },
+    /// Compressed fragment content that does not decode.
+    #[error("decompressing {codec}: {reason}")]
+    Codec { codec: &'static str, reason: String },
 }
 
 impl StorageError {

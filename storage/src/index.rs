@@ -132,6 +132,36 @@ impl Index {
         self.wake();
     }
 
+    /// Records that a local fragment was persisted: `persisted` is the
+    /// fragment as its store holds it (same journal, begin, end and sum, with
+    /// `backing_store` and `mod_time` set). It replaces the local entry, and
+    /// reads of it go to the store from now on. It stays indexed across store
+    /// listings that do not show it yet, until one covers it. Returns whether
+    /// the index held the local fragment (false if a listing or a larger
+    /// fragment had already covered it).
+    pub fn mark_persisted(&mut self, persisted: Fragment) -> bool {
+        assert!(persisted.mod_time != 0 && !persisted.backing_store.is_empty());
+        let held = self.local.entries().iter().any(|e| {
+            e.file.is_some()
+                && e.fragment.begin == persisted.begin
+                && e.fragment.end == persisted.end
+                && e.fragment.sum == persisted.sum
+        });
+        if !held {
+            return false;
+        }
+        let entry = Entry {
+            fragment: persisted,
+            file: None,
+        };
+        // An equal span replaces the member it matches, in both sets.
+        let replaced = self.local.add(entry.clone());
+        assert!(replaced, "an equal local fragment must be replaced");
+        self.set.add(entry);
+        self.wake();
+        true
+    }
+
     /// Finds the fragment serving a read at `offset` (−1: the write head),
     /// following Gazette's rules:
     ///
@@ -386,6 +416,40 @@ mod tests {
         // A later listing without them does not bring the local one back.
         index.replace_remote(vec![]);
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn mark_persisted_survives_listings_until_covered() {
+        let mut index = Index::new();
+        index.add_local(local(100, 200));
+        index.add_local(local(200, 300));
+        // Scenario 24: only a local fragment at 100, so a read at 0 waits...
+        assert_eq!(not_found(index.query(0, 0, T)), Some((0, 300)));
+
+        // ... until it is persisted: then the read jumps to it.
+        assert!(index.mark_persisted(frag(100, 200, T)));
+        assert_eq!(found(index.query(0, 0, T)), Some((100, 100, 200, T, false)));
+        // Marking again (or marking what the index never held) is a no-op.
+        assert!(!index.mark_persisted(frag(100, 200, T)));
+        assert!(!index.mark_persisted(frag(300, 400, T)));
+
+        // A listing taken before the upload landed does not lose it.
+        index.replace_remote(vec![]);
+        assert_eq!(
+            found(index.query(150, 0, T)),
+            Some((150, 100, 200, T, false))
+        );
+        assert_eq!(
+            found(index.query(250, 0, T)),
+            Some((250, 200, 300, 0, true))
+        );
+        // A listing that shows it takes over.
+        index.replace_remote(vec![frag(100, 200, T + 1)]);
+        assert_eq!(
+            found(index.query(150, 0, T)),
+            Some((150, 100, 200, T + 1, false))
+        );
+        assert_eq!(index.len(), 2);
     }
 
     #[test]

@@ -12,14 +12,18 @@
 //!   a local fragment's content.
 //! * [`index::Index`]: the cover set of local and persisted fragments that
 //!   serves Read queries and wakes blocked reads.
+//! * [`naming`]: Gazette's content names and store layout of persisted
+//!   fragments; [`codec`]: their compression codecs.
 //!
 //! See `README.md` beside this crate for the on-disk layout and the recovery
 //! rules.
 
+pub mod codec;
 mod cover_set;
 mod error;
 pub mod fragment;
 pub mod index;
+pub mod naming;
 mod record;
 mod sha;
 pub mod spool;
