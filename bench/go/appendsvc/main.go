@@ -12,7 +12,7 @@
 // The AppendService chains appends per journal and grows the tail append
 // while the previous one is in flight (its buffers spill to temporary files).
 // To keep that buffer bounded, a writer waits for the in-flight append once
-// its current one holds -max-batch records.
+// its current one holds -max-batch-bytes.
 package main
 
 import (
@@ -44,12 +44,13 @@ func main() {
 		recordSize = flag.Int("record-size", 100, "bytes per record, including the newline")
 		warmup     = flag.Duration("warmup", 2*time.Second, "warm-up before the window")
 		duration   = flag.Duration("duration", 5*time.Second, "measurement window")
-		maxBatch   = flag.Int64("max-batch", 100000, "records buffered in one append before the writer waits")
+		maxBatchB  = flag.Int64("max-batch-bytes", 8<<20, "bytes buffered in one append before the writer waits")
 	)
 	flag.Parse()
 	if *recordSize < 2 {
 		fail(fmt.Errorf("-record-size must be at least 2"))
 	}
+	var maxBatch = max(*maxBatchB/int64(*recordSize), 1)
 	pb.RegisterGRPCDispatcher("local")
 
 	var ctx, cancel = context.WithTimeout(context.Background(), *warmup+*duration+30*time.Second)
@@ -115,7 +116,7 @@ func main() {
 					return
 				}
 				count++
-				if count >= *maxBatch && prev != nil {
+				if count >= maxBatch && prev != nil {
 					<-prev.Done()
 				}
 			}

@@ -1,0 +1,255 @@
+//! Starting and stopping the systems under test: Courant (single node, embedded keyspace),
+//! and Gazette with its etcd. Every server listens on 127.0.0.1 (Gazette binds all
+//! interfaces; see `main.rs` for the network namespace that confines it to loopback).
+//!
+//! Lives on: the harness's main thread.
+
+use crate::procs;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Courant,
+    Gazette,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Courant => "Courant",
+            Kind::Gazette => "Gazette",
+        }
+    }
+    pub fn slug(self) -> &'static str {
+        match self {
+            Kind::Courant => "courant",
+            Kind::Gazette => "gazette",
+        }
+    }
+}
+
+/// Paths of the programs under test.
+#[derive(Debug, Clone)]
+pub struct Bins {
+    pub courant: PathBuf,
+    pub loadgen: PathBuf,
+    pub gazette: PathBuf,
+    pub etcd: PathBuf,
+    pub etcdctl: PathBuf,
+    pub appendsvc: PathBuf,
+}
+
+/// How a broker is started, beyond its kind.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerOptions {
+    /// Courant: `--tpc.cores`. Gazette: `GOMAXPROCS`.
+    pub cores: Option<usize>,
+}
+
+/// A running broker.
+pub struct Broker {
+    pub kind: Kind,
+    pub port: u16,
+    pub command: String,
+    child: Child,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Broker {
+    pub fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        procs::cpu_seconds(self.pid())
+    }
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        procs::peak_rss_bytes(self.pid())
+    }
+    /// The last lines of the broker's log, for error messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Stops the broker and removes its data. Gazette's broker, on SIGTERM, waits to hand
+    /// its journals to a peer that a single-broker cluster does not have, so it gets a
+    /// short grace before SIGKILL; Courant gets ten seconds.
+    pub fn stop(mut self) {
+        let grace = match self.kind {
+            Kind::Courant => Duration::from_secs(10),
+            Kind::Gazette => Duration::from_secs(2),
+        };
+        let killed = procs::stop(&mut self.child, grace);
+        if killed && self.kind == Kind::Courant {
+            eprintln!("courant-bench: Courant needed SIGKILL to stop");
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Starts Courant on a free port with a fresh data dir under `scratch`.
+pub fn start_courant(bins: &Bins, scratch: &Path, opts: &BrokerOptions) -> Result<Broker, String> {
+    let port = procs::free_port().map_err(|e| format!("free port: {e}"))?;
+    let data_dir = scratch.join(format!("courant-{port}"));
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let mut cmd = procs::command(&bins.courant.to_string_lossy());
+    cmd.args([
+        "serve",
+        "--broker.bind",
+        "127.0.0.1",
+        "--broker.host",
+        "127.0.0.1",
+    ])
+    .args(["--broker.port", &port.to_string()])
+    .arg("--data-dir")
+    .arg(&data_dir)
+    .args(["--log.level", "warn"]);
+    if let Some(cores) = opts.cores {
+        cmd.args(["--tpc.cores", &cores.to_string()]);
+    }
+    spawn(Kind::Courant, cmd, port, data_dir)
+}
+
+/// Starts a Gazette broker against the run's etcd, under its own etcd prefix (so every
+/// broker starts from an empty cluster), with a fresh file root and TMPDIR (where its
+/// spools live) under `scratch`.
+pub fn start_gazette(
+    bins: &Bins,
+    scratch: &Path,
+    etcd: &Etcd,
+    opts: &BrokerOptions,
+    env: &[(String, String)],
+) -> Result<Broker, String> {
+    let port = procs::free_port().map_err(|e| format!("free port: {e}"))?;
+    let data_dir = scratch.join(format!("gazette-{port}"));
+    std::fs::create_dir_all(&data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let mut cmd = procs::command(&bins.gazette.to_string_lossy());
+    cmd.arg("serve")
+        .args([
+            "--broker.port",
+            &port.to_string(),
+            "--broker.host",
+            "127.0.0.1",
+        ])
+        .args(["--etcd.address", &etcd.address()])
+        .args(["--etcd.prefix", &format!("/gazette/bench-{port}")])
+        .arg("--broker.file-root")
+        .arg(&data_dir)
+        .args(["--log.level", "warn"])
+        .env("TMPDIR", &data_dir);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    if let Some(cores) = opts.cores {
+        cmd.env("GOMAXPROCS", cores.to_string());
+    }
+    spawn(Kind::Gazette, cmd, port, data_dir)
+}
+
+fn spawn(
+    kind: Kind,
+    mut cmd: std::process::Command,
+    port: u16,
+    data_dir: PathBuf,
+) -> Result<Broker, String> {
+    let log = data_dir.with_extension("log");
+    let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    cmd.stdout(out).stderr(err);
+    let command = procs::describe(&cmd);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", kind.name()))?;
+    let mut broker = Broker {
+        kind,
+        port,
+        command,
+        child,
+        data_dir,
+        log,
+    };
+    if let Err(e) = procs::wait_listening(&mut broker.child, port, Duration::from_secs(30)) {
+        let tail = broker.log_tail();
+        broker.stop();
+        return Err(format!("{} {e}\n{tail}", kind.name()));
+    }
+    Ok(broker)
+}
+
+/// etcd for the Gazette side, on 127.0.0.1:23790 (client) and 23800 (peer).
+pub struct Etcd {
+    child: Child,
+    dir: PathBuf,
+    pub command: String,
+}
+
+pub const ETCD_CLIENT_PORT: u16 = 23790;
+pub const ETCD_PEER_PORT: u16 = 23800;
+
+impl Etcd {
+    pub fn start(bins: &Bins, scratch: &Path) -> Result<Etcd, String> {
+        let dir = scratch.join("etcd");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let client = format!("http://127.0.0.1:{ETCD_CLIENT_PORT}");
+        let peer = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
+        let mut cmd = procs::command(&bins.etcd.to_string_lossy());
+        cmd.args(["--name", "bench"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .args(["--initial-cluster-state", "new", "--logger", "zap"])
+            .arg("--log-outputs")
+            .arg(dir.join("etcd.log"));
+        let out = File::create(dir.join("stdout.log")).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdout(out).stderr(err);
+        let command = procs::describe(&cmd);
+        let child = cmd.spawn().map_err(|e| format!("starting etcd: {e}"))?;
+        let mut etcd = Etcd {
+            child,
+            dir,
+            command,
+        };
+        procs::wait_listening(&mut etcd.child, ETCD_CLIENT_PORT, Duration::from_secs(20))
+            .map_err(|e| format!("etcd {e}"))?;
+        // Listening is not yet serving: wait for a healthy endpoint.
+        for _ in 0..100 {
+            let mut check = procs::command(&bins.etcdctl.to_string_lossy());
+            check
+                .args(["--endpoints", &client, "endpoint", "health"])
+                .env("ETCDCTL_API", "3")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            if let Ok(mut c) = check.spawn()
+                && let (Some(status), _) = procs::wait_timeout(&mut c, Duration::from_secs(5))
+                && status.success()
+            {
+                return Ok(etcd);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err("etcd did not become healthy in 10 s".into())
+    }
+
+    pub fn address(&self) -> String {
+        format!("http://127.0.0.1:{ETCD_CLIENT_PORT}")
+    }
+
+    pub fn stop(mut self) {
+        procs::stop(&mut self.child, Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

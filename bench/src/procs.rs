@@ -1,0 +1,165 @@
+//! Child processes: spawned so they die with the harness, stopped with a deadline, and
+//! measured from `/proc` (CPU seconds over all threads, peak RSS).
+//!
+//! Lives on: the harness's main thread (plus one reader thread per piped stderr).
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A `Command` whose process is killed (SIGKILL) if the harness dies first, so no run
+/// outlives it.
+pub fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no Rust state.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// `cmd` as one shell-quoted line, for the results.
+pub fn describe(cmd: &Command) -> String {
+    let mut out: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| {
+            let (k, v) = (k.to_string_lossy(), v?.to_string_lossy());
+            (k != "TMPDIR").then(|| format!("{k}={}", quote(&v)))
+        })
+        .collect();
+    out.push(quote(&cmd.get_program().to_string_lossy()));
+    out.extend(cmd.get_args().map(|a| quote(&a.to_string_lossy())));
+    out.join(" ")
+}
+
+fn quote(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until `127.0.0.1:port` accepts a connection, or `child` exits, or `limit` passes.
+pub fn wait_listening(child: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited during startup ({status})"));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("127.0.0.1:{port} not listening after {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for `child` at most `limit`, then kills it.
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> (Option<ExitStatus>, bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return (Some(status), false),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                return (child.wait().ok(), true);
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace`. Returns whether SIGKILL was needed.
+pub fn stop(child: &mut Child, grace: Duration) -> bool {
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return false;
+    }
+    // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    wait_timeout(child, grace).1
+}
+
+/// CPU seconds (user + system, all threads, live and exited) of process `pid`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces; fields after it are space-separated.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 11 and 12 after the name.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / ticks)
+}
+
+/// Peak resident set size (VmHWM) of process `pid`, in bytes.
+pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Reads `child`'s stderr line by line on a thread; each line arrives with its time.
+pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// The 1-, 5- and 15-minute load averages, as `/proc/loadavg` prints them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_measurable() {
+        let pid = std::process::id();
+        assert!(cpu_seconds(pid).is_some());
+        assert!(peak_rss_bytes(pid).unwrap() > 0);
+        assert_eq!(load_average().split(' ').count(), 3);
+    }
+
+    #[test]
+    fn commands_are_quoted() {
+        let mut cmd = Command::new("a b");
+        cmd.arg("--x").arg("it's").env("GOMAXPROCS", "1");
+        assert_eq!(describe(&cmd), r"GOMAXPROCS=1 'a b' --x 'it'\''s'");
+    }
+}

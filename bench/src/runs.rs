@@ -1,0 +1,342 @@
+//! One measured run: `courant-loadgen` (or Gazette's Go AppendService client) against a
+//! running broker, with the broker's CPU and peak RSS read from `/proc` over the same
+//! window as the client's throughput.
+//!
+//! Broker CPU is sampled when loadgen prints its progress line at the window's start (the
+//! last `warm-up` tick) and at its end (the last `measure` tick), so setup and drain are
+//! left out; CPU per GB is then (broker cores) / (acknowledged GB/s in the window).
+//!
+//! Lives on: the harness's main thread.
+
+use crate::brokers::{Bins, Broker};
+use crate::procs;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// What loadgen is asked to do.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub journals: usize,
+    pub record_size: usize,
+    pub records_per_append: usize,
+    pub in_flight: usize,
+    pub connections: usize,
+    /// Open-loop records/s over all journals; `None` = max rate.
+    pub rate: Option<f64>,
+    pub linger: Option<&'static str>,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+}
+
+/// Latencies in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// The figures of one run.
+#[derive(Debug, Clone, Default)]
+pub struct Measurement {
+    /// The client's exact command.
+    pub command: String,
+    /// The broker's exact command (set by the scenario that started it).
+    pub broker_command: String,
+    pub json: Option<PathBuf>,
+    pub offered_rate: Option<f64>,
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+    pub latency: Option<Latency>,
+    pub broker_cores: Option<f64>,
+    pub loadgen_cores: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    /// Failed appends, unacknowledged records, warnings; empty when clean.
+    pub problems: Vec<String>,
+    pub load_average: String,
+    pub failed: Option<String>,
+}
+
+impl Measurement {
+    /// Broker CPU seconds per 10^9 bytes acknowledged.
+    pub fn cpu_s_per_gb(&self) -> Option<f64> {
+        let gb_per_s = self.mb_per_s / 1e3;
+        self.broker_cores
+            .filter(|_| gb_per_s > 0.0)
+            .map(|c| c / gb_per_s)
+    }
+    fn failure(command: String, msg: String) -> Measurement {
+        Measurement {
+            command,
+            failed: Some(msg),
+            load_average: procs::load_average(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Runs `courant-loadgen` with `spec` against `broker`, journals `<prefix>0000…`, writing
+/// its JSON report to `json`.
+pub fn loadgen(
+    bins: &Bins,
+    broker: &mut Broker,
+    spec: &LoadSpec,
+    prefix: &str,
+    workload: &str,
+    json: &Path,
+) -> Measurement {
+    let mut cmd = procs::command(&bins.loadgen.to_string_lossy());
+    cmd.args(["--broker.address", &broker.address(), "--create"])
+        .args(["--journals", &spec.journals.to_string(), "--prefix", prefix])
+        .args(["--record-size", &spec.record_size.to_string()])
+        .args(["--records-per-append", &spec.records_per_append.to_string()])
+        .args(["--in-flight", &spec.in_flight.to_string()])
+        .args(["--connections", &spec.connections.to_string()])
+        .args(["--warmup", &format!("{}ms", (spec.warmup_s * 1e3) as u64)])
+        .args([
+            "--duration",
+            &format!("{}ms", (spec.duration_s * 1e3) as u64),
+        ])
+        .args(["--ready-timeout", "60s", "--workload", workload])
+        .arg("--json")
+        .arg(json);
+    if let Some(rate) = spec.rate {
+        cmd.args(["--rate", &format!("{}", rate.round() as u64)]);
+    }
+    if let Some(linger) = spec.linger {
+        cmd.args(["--linger", linger]);
+    }
+    let command = procs::describe(&cmd);
+    let load_average = procs::load_average();
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return Measurement::failure(command, format!("starting loadgen: {e}")),
+    };
+    let lines = procs::stderr_lines(&mut child);
+    // loadgen stops itself (watchdog); this bound is only for a wedged process.
+    let limit = Duration::from_secs_f64(spec.warmup_s + spec.duration_s + 60.0 + 40.0);
+    let deadline = Instant::now() + limit;
+    let mut window_start: Option<(Instant, f64)> = None;
+    let mut window_end: Option<(Instant, f64)> = None;
+    let mut last_lines: Vec<String> = Vec::new();
+    loop {
+        match lines.recv_timeout(Duration::from_millis(50)) {
+            Ok((at, line)) => {
+                let cpu = broker.cpu_seconds();
+                if line.contains("s warm-up]") {
+                    window_start = cpu.map(|c| (at, c));
+                } else if line.contains("s measure]") {
+                    window_end = cpu.map(|c| (at, c));
+                }
+                if !line.starts_with('[') {
+                    last_lines.push(line);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if Instant::now() > deadline {
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let (status, killed) = procs::wait_timeout(&mut child, Duration::from_secs(5));
+    let peak_rss_bytes = broker.peak_rss_bytes();
+    let broker_cores = match (window_start, window_end) {
+        (Some((t0, c0)), Some((t1, c1))) if t1 > t0 => Some((c1 - c0) / (t1 - t0).as_secs_f64()),
+        _ => None,
+    };
+    let report = std::fs::read_to_string(json)
+        .ok()
+        .and_then(|s| serde_json::from_str::<Value>(&s).ok());
+    let Some(report) = report else {
+        let mut msg = format!("loadgen wrote no report (exit {status:?}, killed {killed})");
+        for l in last_lines.iter().rev().take(3).rev() {
+            msg += &format!("; {l}");
+        }
+        return Measurement::failure(command, msg);
+    };
+    let mut m = from_loadgen_json(&report);
+    m.command = command;
+    m.json = Some(json.to_path_buf());
+    m.broker_cores = broker_cores;
+    m.peak_rss_bytes = peak_rss_bytes;
+    m.load_average = load_average;
+    if broker_cores.is_none() {
+        m.problems
+            .push("broker CPU not measured (no progress ticks)".into());
+    }
+    m
+}
+
+/// Reads the figures the tables need out of loadgen's JSON report.
+pub fn from_loadgen_json(v: &Value) -> Measurement {
+    let c = &v["courant"];
+    let f = |x: &Value| x.as_f64();
+    let latency = f(&v["aggregatedPublishLatency50pct"]).map(|p50| Latency {
+        p50,
+        p99: f(&v["aggregatedPublishLatency99pct"]).unwrap_or(f64::NAN),
+        p999: f(&v["aggregatedPublishLatency999pct"]).unwrap_or(f64::NAN),
+        max: f(&v["aggregatedPublishLatencyMax"]).unwrap_or(f64::NAN),
+    });
+    let mut problems = Vec::new();
+    if let Some(errors) = c["errors"].as_object() {
+        for (kind, e) in errors {
+            problems.push(format!(
+                "{kind}: {} appends ({} records)",
+                e["count"], e["records"]
+            ));
+        }
+    }
+    let unacked = c["unackedRecords"].as_u64().unwrap_or(0);
+    if unacked > 0 {
+        problems.push(format!(
+            "{unacked} records intended in the window were never acknowledged (not in the percentiles)"
+        ));
+    }
+    Measurement {
+        offered_rate: f(&c["targetRate"]),
+        records_per_s: f(&c["recordsPerSecond"]).unwrap_or(0.0),
+        mb_per_s: f(&c["mbPerSecond"]).unwrap_or(0.0),
+        latency,
+        loadgen_cores: f(&c["loadgenCpuCores"]),
+        problems,
+        ..Default::default()
+    }
+}
+
+/// Runs Gazette's Go AppendService client (`bench/go/appendsvc`) against `broker` on
+/// journals that `loadgen --create` made beforehand.
+pub fn appendsvc(
+    bins: &Bins,
+    broker: &mut Broker,
+    spec: &LoadSpec,
+    prefix: &str,
+    json: &Path,
+) -> Measurement {
+    // Create the journals (and check they take appends) with a 1-record loadgen run.
+    let create = LoadSpec {
+        warmup_s: 0.0,
+        duration_s: 0.2,
+        rate: Some(100.0),
+        records_per_append: 1,
+        in_flight: 1,
+        linger: None,
+        ..spec.clone()
+    };
+    let setup_json = json.with_extension("setup.json");
+    let setup = loadgen(
+        bins,
+        broker,
+        &create,
+        prefix,
+        "appendsvc-setup",
+        &setup_json,
+    );
+    let _ = std::fs::remove_file(&setup_json);
+    if let Some(e) = setup.failed {
+        return Measurement::failure(setup.command, format!("creating journals: {e}"));
+    }
+
+    let mut cmd = procs::command(&bins.appendsvc.to_string_lossy());
+    cmd.args(["-broker", &broker.address(), "-prefix", prefix])
+        .args(["-journals", &spec.journals.to_string()])
+        .args(["-record-size", &spec.record_size.to_string()])
+        .args(["-warmup", &format!("{}ms", (spec.warmup_s * 1e3) as u64)])
+        .args([
+            "-duration",
+            &format!("{}ms", (spec.duration_s * 1e3) as u64),
+        ]);
+    let command = procs::describe(&cmd);
+    let load_average = procs::load_average();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return Measurement::failure(command, format!("starting appendsvc: {e}")),
+    };
+    // The client's window is fixed relative to its start: sample the broker at its edges.
+    std::thread::sleep(Duration::from_secs_f64(spec.warmup_s + 0.1));
+    let t0 = (Instant::now(), broker.cpu_seconds());
+    let window_end = start + Duration::from_secs_f64(spec.warmup_s + spec.duration_s);
+    std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
+    let t1 = (Instant::now(), broker.cpu_seconds());
+    let broker_cores = match (t0, t1) {
+        ((a, Some(c0)), (b, Some(c1))) => Some((c1 - c0) / (b - a).as_secs_f64()),
+        _ => None,
+    };
+    let peak_rss_bytes = broker.peak_rss_bytes();
+    let output = wait_output(child, Duration::from_secs(40));
+    let Some(stdout) = output else {
+        return Measurement::failure(command, "appendsvc did not finish".into());
+    };
+    let _ = std::fs::write(json, &stdout);
+    let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
+        return Measurement::failure(command, format!("appendsvc printed no JSON: {stdout}"));
+    };
+    let mut problems = Vec::new();
+    if let Some(e) = v["firstError"].as_str() {
+        problems.push(format!(
+            "{} records failed; first error: {e}",
+            v["failedRecords"]
+        ));
+    }
+    Measurement {
+        command,
+        json: Some(json.to_path_buf()),
+        records_per_s: v["recordsPerSecond"].as_f64().unwrap_or(0.0),
+        mb_per_s: v["mbPerSecond"].as_f64().unwrap_or(0.0),
+        broker_cores,
+        peak_rss_bytes,
+        problems,
+        load_average,
+        ..Default::default()
+    }
+}
+
+/// Waits for `child` at most `limit` and returns its stdout.
+fn wait_output(mut child: std::process::Child, limit: Duration) -> Option<String> {
+    let mut stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    let _ = child.stderr.take();
+    let (status, _) = procs::wait_timeout(&mut child, limit);
+    status?;
+    reader.join().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn figures_come_from_the_loadgen_report() {
+        let v = json!({
+            "aggregatedPublishLatency50pct": 1.5,
+            "aggregatedPublishLatency99pct": 4.0,
+            "aggregatedPublishLatency999pct": 8.0,
+                        "aggregatedPublishLatencyMax": 10.0,
+            "courant": {
+                "recordsPerSecond": 2e6, "mbPerSecond": 200.0, "targetRate": null,
+                "unackedRecords": 5, "loadgenCpuCores": 0.25,
+                "errors": {"grpc Unavailable": {"count": 2, "records": 600, "example": "x"}}
+            }
+        });
+        let mut m = from_loadgen_json(&v);
+        assert_eq!(m.records_per_s, 2e6);
+        assert_eq!(m.latency.unwrap().p999, 8.0);
+        assert_eq!(m.problems.len(), 2);
+        assert!(m.offered_rate.is_none());
+        m.broker_cores = Some(0.5);
+        // 0.5 cores at 0.2 GB/s: 2.5 CPU-seconds per GB, 2.5 ns per byte.
+        assert!((m.cpu_s_per_gb().unwrap() - 2.5).abs() < 1e-9);
+    }
+}
