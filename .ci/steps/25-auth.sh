@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Operations against Gazette's own tools: gazctl with --broker.auth-keys / --broker.auth-token
-# against a Courant broker with authorization on (spec §7, scenario 13), and curl against the
-# HTTP gateway and /debug/metrics on the same port (spec §8).
+# against a Courant broker with authorization on (spec §7, scenario 13), curl against the
+# HTTP gateway and /debug/metrics on the same port (spec §8), and gazctl and curl over
+# mutual TLS (spec §8, §11 item 14).
 #
 # Starts target/debug/courant on a free loopback port and stops it (SIGTERM, expecting exit
 # 0) at the end. Uses target/go-bin/gazctl, built by 20-go-interop.sh (built here if absent).
@@ -16,7 +17,7 @@ if [ ! -x "$GAZCTL" ]; then
   mkdir -p "$GOBIN"
   (cd tests/go && go install go.gazette.dev/core/cmd/gazctl) || { echo "error: cannot build gazctl" >&2; exit 1; }
 fi
-for tool in python3 curl; do
+for tool in python3 curl openssl; do
   command -v "$tool" >/dev/null || { echo "error: $tool is required" >&2; exit 1; }
 done
 
@@ -161,6 +162,61 @@ if [ "$rc" = 0 ]; then
 else
   fail "SIGTERM → exit 0 (got '${rc:-still running}')" "$WORK/broker.log"
 fi
+BROKER_PID=""
+
+# 5. Mutual TLS: gazctl (Go's gRPC client, ALPN h2) and curl (HTTP/1.1) on one port.
+(
+  cd "$WORK" || exit 1
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem \
+    -days 2 -subj "/CN=courant ci CA"
+  for name in server client; do
+    if [ "$name" = server ]; then
+      printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$name.ext"
+    else
+      printf 'extendedKeyUsage=clientAuth\n' >"$name.ext"
+    fi
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$name.key" \
+      -out "$name.csr" -subj "/CN=$name"
+    openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -out "$name.pem" -extfile "$name.ext"
+  done
+) >"$WORK/openssl.log" 2>&1 || fail "making test certificates" "$WORK/openssl.log"
+TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+TADDRESS="https://127.0.0.1:$TPORT"
+"$BROKER" serve --broker.port "$TPORT" --broker.host 127.0.0.1 --broker.bind 127.0.0.1 \
+  --data-dir "$WORK/tls-data" --broker.server-cert-file "$WORK/server.pem" \
+  --broker.server-key-file "$WORK/server.key" --broker.server-ca-file "$WORK/ca.pem" \
+  >"$WORK/tls-broker.log" 2>&1 </dev/null &
+BROKER_PID=$!
+for _ in $(seq 1 300); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$TPORT") 2>/dev/null && break
+  sleep 0.1
+done
+gzt() {
+  timeout 30 "$GAZCTL" "$@" --broker.address "$TADDRESS" --broker.trusted-ca-file "$WORK/ca.pem" \
+    --broker.cert-file "$WORK/client.pem" --broker.cert-key-file "$WORK/client.key"
+}
+if gzt journals apply --specs "$WORK/specs.yaml" >"$WORK/tls-apply.out" 2>&1 &&
+  printf 'over tls\n' | gzt journals append -l name=auth/one >"$WORK/tls-append.out" 2>&1 &&
+  gzt journals read -l name=auth/one >"$WORK/tls-read.out" 2>&1 &&
+  grep -qx 'over tls' "$WORK/tls-read.out" &&
+  gzt journals list >"$WORK/tls-list.out" 2>&1 &&
+  grep -q 'auth/two' "$WORK/tls-list.out"; then
+  pass "gazctl over mutual TLS (apply, append, read, list)"
+else
+  fail "gazctl over mutual TLS" "$WORK/tls-apply.out" "$WORK/tls-append.out" "$WORK/tls-read.out" \
+    "$WORK/tls-list.out" "$WORK/tls-broker.log"
+fi
+code=$(curl -s -o /dev/null -w '%{http_code} %{http_version}' --cacert "$WORK/ca.pem" \
+  --cert "$WORK/client.pem" --key "$WORK/client.key" "$TADDRESS/auth/one?offset=0")
+nocert=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$WORK/ca.pem" "$TADDRESS/debug/ready")
+if [ "$code" = "206 1.1" ] && [ "$nocert" != 200 ]; then
+  pass "curl over mutual TLS gets HTTP/1.1; without a client certificate it is refused"
+else
+  fail "curl over mutual TLS (got '$code', without a certificate '$nocert')"
+fi
+kill -TERM "$BROKER_PID" 2>/dev/null
+wait "$BROKER_PID" 2>/dev/null
 BROKER_PID=""
 
 echo "$PASSED passed, $FAILED failed"

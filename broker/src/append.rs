@@ -159,11 +159,13 @@ pub async fn append(
     }
 
     // Stream content.
-    if let Some(at) = maybe_roll(&spool, roll_to, &spec)
-        && let Some(done) = spool.roll(at, codec_of(&spec)).await.map_err(storage_err)?
-    {
-        replica.index.borrow_mut().add_local(done.clone());
-        replica.persist(core, done);
+    if let Some(at) = maybe_roll(&spool, roll_to, &spec) {
+        // The completed spool's first append names its path postfix (if templated).
+        let first_append = spool.first_append_time();
+        if let Some(done) = spool.roll(at, codec_of(&spec)).await.map_err(storage_err)? {
+            replica.index.borrow_mut().add_local(done.clone());
+            replica.persist(core, done, first_append);
+        }
     }
     let begin = spool.fragment().end;
     let mut summer = Sha1::new();

@@ -74,6 +74,15 @@ pub struct ServeConfig {
         default_value = ""
     )]
     pub auth_keys: String,
+    /// PEM certificate (chain) of this broker's TLS server; enables TLS (and `https://`).
+    #[arg(long = "broker.server-cert-file", env = "BROKER_SERVER_CERT_FILE")]
+    pub server_cert_file: Option<PathBuf>,
+    /// PEM private key of `--broker.server-cert-file`.
+    #[arg(long = "broker.server-key-file", env = "BROKER_SERVER_KEY_FILE")]
+    pub server_key_file: Option<PathBuf>,
+    /// PEM CA certificates: when set, clients must present a certificate signed by one.
+    #[arg(long = "broker.server-ca-file", env = "BROKER_SERVER_CA_FILE")]
+    pub server_ca_file: Option<PathBuf>,
     /// Also serve `/debug/ready` and `/debug/metrics` on this separate port (HTTP/1.1).
     #[arg(long = "debug.port", env = "DEBUG_PORT")]
     pub debug_port: Option<u16>,
@@ -137,7 +146,13 @@ impl ServeConfig {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}:{}", self.host(), self.port)
+        // With TLS, Gazette's clients choose it from the endpoint's scheme.
+        let scheme = if self.server_cert_file.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:{}", self.host(), self.port)
     }
 }
 

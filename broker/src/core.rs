@@ -71,6 +71,9 @@ pub struct Core {
     pub auth: Arc<crate::auth::Auth>,
     /// Replicas of journals owned by this core, opened on first use.
     pub replicas: RefCell<HashMap<String, Rc<tokio::sync::OnceCell<Rc<Replica>>>>>,
+    /// Replicas of deleted journals, kept until the journal is re-created so that the new
+    /// replica opens the spool files only after the old one's last append has finished.
+    pub retired: RefCell<HashMap<String, Rc<Replica>>>,
     /// This core's view of the fragment stores (served by the control thread).
     pub stores: crate::stores::persist::CoreStores,
 }
@@ -92,7 +95,19 @@ impl Core {
             .or_default()
             .clone();
         let replica = cell
-            .get_or_try_init(|| Replica::open(self.clone(), journal.to_string()))
+            .get_or_try_init(|| {
+                let core = self.clone();
+                let name = journal.to_string();
+                async move {
+                    let retired = core.retired.borrow_mut().remove(&name);
+                    if let Some(old) = retired {
+                        // The journal was deleted and re-created: an append may still hold
+                        // the old replica's spool, so open its files only once that is done.
+                        drop(old.spool.lock().await);
+                    }
+                    Replica::open(core, name).await
+                }
+            })
             .await?;
         Ok(replica.clone())
     }
@@ -114,6 +129,7 @@ impl Core {
                 let cell = self.replicas.borrow_mut().remove(&name);
                 if let Some(replica) = cell.as_ref().and_then(|c| c.get()) {
                     replica.index.borrow_mut().close();
+                    self.retired.borrow_mut().insert(name, replica.clone());
                 }
             }
         }

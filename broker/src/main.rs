@@ -21,6 +21,7 @@ mod resolver;
 mod server;
 mod shutdown;
 mod stores;
+mod tls;
 
 #[derive(Parser)]
 #[command(

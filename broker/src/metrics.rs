@@ -44,6 +44,9 @@ pub struct CoreMetrics {
     started: [AtomicU64; OPERATIONS.len()],
     completed_ok: [AtomicU64; OPERATIONS.len()],
     completed_err: [AtomicU64; OPERATIONS.len()],
+    /// The executor's run time (tasks plus I/O polling) and tasks run, sampled each second.
+    busy_ns: AtomicU64,
+    tasks: AtomicU64,
     journals: Mutex<HashMap<String, Arc<JournalMetrics>>>,
 }
 
@@ -78,6 +81,8 @@ pub fn register_core(core: usize) {
         started: Default::default(),
         completed_ok: Default::default(),
         completed_err: Default::default(),
+        busy_ns: AtomicU64::new(0),
+        tasks: AtomicU64::new(0),
         journals: Mutex::new(HashMap::new()),
     });
     REGISTRY
@@ -144,6 +149,20 @@ pub fn rpc_completed(op: &str, ok: bool) {
         };
         counters[op_index(op)].fetch_add(1, Relaxed);
     })
+}
+
+/// Samples this core's glommio executor statistics once a second, forever (a task on each
+/// core), so that scrapes on any core can report every core's utilisation.
+pub async fn sample_executor() {
+    loop {
+        let stats = glommio::executor().executor_stats();
+        with_core(|c| {
+            let busy = stats.total_runtime().as_nanos().min(u64::MAX as u128) as u64;
+            c.busy_ns.store(busy, Relaxed);
+            c.tasks.store(stats.tasks_executed(), Relaxed);
+        });
+        glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 /// Appends in flight on every core (started minus completed), for graceful shutdown.
@@ -254,6 +273,38 @@ pub fn render() -> String {
                 n,
             );
         }
+    }
+
+    family(
+        &mut out,
+        "courant_core_busy_seconds_total",
+        "counter",
+        "Time each core's executor spent running tasks and polling I/O (its utilisation is \
+         the rate of this counter), sampled each second.",
+    );
+    for c in &cores {
+        let busy = c.busy_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "courant_core_busy_seconds_total{{core=\"{}\"}} {busy}",
+            c.core
+        );
+    }
+    family(
+        &mut out,
+        "courant_core_tasks_total",
+        "counter",
+        "Tasks each core's executor has run, sampled each second.",
+    );
+    for c in &cores {
+        let core = c.core.to_string();
+        let tasks = c.tasks.load(Relaxed);
+        sample(
+            &mut out,
+            "courant_core_tasks_total",
+            &[("core", &core)],
+            tasks,
+        );
     }
 
     // Per journal: a journal lives on one owner core, but sum over cores all the same.

@@ -68,7 +68,7 @@ impl Replica {
         });
         glommio::spawn_local(refresh_loop(core.clone(), Rc::downgrade(&replica))).detach();
         for fragment in recovered {
-            replica.persist(&core, fragment);
+            replica.persist(&core, fragment, None);
         }
         Ok(replica)
     }
@@ -76,13 +76,20 @@ impl Replica {
     /// Hands a completed local fragment to the background uploader. When the store
     /// confirms it, the index marks it persisted and only then are its local files removed.
     /// The fragment stays indexed (and on disk) until then, however long that takes.
-    pub fn persist(self: &Rc<Self>, core: &Rc<Core>, done: storage::LocalFragment) {
+    /// `first_append` is the spool's first append (unknown for recovered fragments).
+    pub fn persist(
+        self: &Rc<Self>,
+        core: &Rc<Core>,
+        done: storage::LocalFragment,
+        first_append: Option<std::time::SystemTime>,
+    ) {
         let handle = core.stores.handle.clone();
         let replica = Rc::downgrade(self);
         glommio::spawn_local(async move {
             let job = PersistJob {
                 fragment: done.fragment.clone(),
                 file: done.file.path().to_path_buf(),
+                first_append,
             };
             let persisted = match handle.persist(job).await {
                 Ok(PersistOutcome::Persisted(f)) => f,

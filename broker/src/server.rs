@@ -43,6 +43,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     crate::shutdown::install()?;
 
     let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);
+    let tls = crate::tls::server_config(&cfg)?;
     let cores = cfg.cores();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
@@ -66,6 +67,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         let process_id = process_id.clone();
         let endpoint = endpoint.clone();
         let auth = auth.clone();
+        let tls = tls.clone();
         let stores = stores.clone();
         let default_store = default_store.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(index % cpus))
@@ -82,9 +84,11 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     peers,
                     auth,
                     replicas: RefCell::new(Default::default()),
+                    retired: RefCell::new(Default::default()),
                     stores: crate::stores::persist::CoreStores::new(stores, default_store),
                 });
                 crate::metrics::register_core(index);
+                glommio::spawn_local(crate::metrics::sample_executor()).detach();
                 glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
                 glommio::spawn_local(core.clone().watch_keyspace()).detach();
                 glommio::spawn_local(close_on_shutdown(core.clone())).detach();
@@ -93,7 +97,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                 {
                     glommio::spawn_local(debug_accept_loop(core.clone(), port)).detach();
                 }
-                if let Err(err) = accept_loop(core).await {
+                if let Err(err) = accept_loop(core, tls).await {
                     tracing::error!(core = index, %err, "accept loop failed");
                     std::process::exit(1);
                 }
@@ -143,7 +147,7 @@ async fn debug_accept_loop(core: Rc<Core>, port: u16) {
                 let core = core.clone();
                 glommio::spawn_local(crate::http::serve_on(
                     core,
-                    stream,
+                    Box::new(stream),
                     BytesMut::new(),
                     crate::http::Listener::Debug,
                 ))
@@ -157,7 +161,11 @@ async fn debug_accept_loop(core: Rc<Core>, port: u16) {
     }
 }
 
-async fn accept_loop(core: Rc<Core>) -> std::io::Result<()> {
+async fn accept_loop(
+    core: Rc<Core>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> std::io::Result<()> {
+    let tls = tls.map(futures_rustls::TlsAcceptor::from);
     let listener = glommio::net::TcpListener::bind((core.cfg.bind.as_str(), core.cfg.port))?;
     let mut stage = crate::shutdown::subscribe();
     loop {
@@ -182,7 +190,7 @@ async fn accept_loop(core: Rc<Core>) -> std::io::Result<()> {
             }
         };
         let _ = stream.set_nodelay(true);
-        glommio::spawn_local(serve_connection(core.clone(), stream)).detach();
+        glommio::spawn_local(serve_connection(core.clone(), stream, tls.clone())).detach();
     }
 }
 
@@ -193,7 +201,7 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads just enough of a new connection to tell HTTP/2 from HTTP/1.x: bytes until they
 /// diverge from the HTTP/2 preface or complete it. `None` if the peer closed or stalled.
-async fn sniff(stream: &mut glommio::net::TcpStream) -> Option<(bool, BytesMut)> {
+async fn sniff<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(bool, BytesMut)> {
     let mut buf = BytesMut::new();
     let read = async {
         loop {
@@ -221,18 +229,67 @@ async fn sniff(stream: &mut glommio::net::TcpStream) -> Option<(bool, BytesMut)>
     Some((is_h2, buf))
 }
 
-async fn serve_connection(core: Rc<Core>, mut stream: glommio::net::TcpStream) {
+async fn serve_connection(
+    core: Rc<Core>,
+    stream: glommio::net::TcpStream,
+    tls: Option<futures_rustls::TlsAcceptor>,
+) {
+    let Some(acceptor) = tls else {
+        return serve_stream(core, stream).await;
+    };
+    // A peer that never finishes its TLS handshake must not hold a connection forever.
+    let accepted = future::or(async { Some(acceptor.accept(stream).await) }, async {
+        glommio::timer::sleep(SNIFF_TIMEOUT).await;
+        None
+    })
+    .await;
+    let stream = match accepted {
+        Some(Ok(stream)) => stream,
+        Some(Err(err)) => {
+            tracing::debug!(%err, "TLS handshake failed");
+            return;
+        }
+        None => return,
+    };
+    // ALPN decides when the client offered it; otherwise sniff as on a plain connection.
+    match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => {
+            let io = Rewind {
+                prefix: bytes::Bytes::new(),
+                inner: stream,
+            };
+            serve_h2(core, io).await
+        }
+        Some(_) => crate::http::serve(core, Box::new(stream), BytesMut::new()).await,
+        None => serve_stream(core, stream).await,
+    }
+}
+
+/// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x.
+async fn serve_stream<S>(core: Rc<Core>, mut stream: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let Some((is_h2, prefix)) = sniff(&mut stream).await else {
         return;
     };
     if !is_h2 {
-        crate::http::serve(core, stream, prefix).await;
+        crate::http::serve(core, Box::new(stream), prefix).await;
         return;
     }
-    let io = crate::io::Io(Rewind {
+    let io = Rewind {
         prefix: prefix.freeze(),
         inner: stream,
-    });
+    };
+    serve_h2(core, io).await
+}
+
+/// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
+async fn serve_h2<S>(core: Rc<Core>, io: Rewind<S>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let io = crate::io::Io(io);
     let handshake = h2::server::Builder::new()
         .initial_window_size(1 << 20)
         .initial_connection_window_size(8 << 20)

@@ -264,6 +264,14 @@ async fn debug_ready_and_metrics_share_the_grpc_port() {
             m.keys()
                 .any(|k| k.starts_with("courant_core_rpcs_total{core=\"0\""))
         );
+        // Utilisation is sampled each second.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let m = metrics(&b).await;
+        assert!(
+            metric(&m, "courant_core_busy_seconds_total{core=\"0\"}") > 0.0,
+            "{m:?}"
+        );
+        assert!(metric(&m, "courant_core_tasks_total{core=\"0\"}") > 0.0);
     })
     .await;
 }
@@ -538,6 +546,20 @@ async fn blocking_get_streams_appends() {
         assert_eq!(c.exact(8).await, b"second\r\n");
         // A client that hangs up ends its read (the broker keeps serving).
         drop(c);
+        // Also before any content arrived: the owner's blocked Read is cancelled.
+        let before = metrics(&b).await;
+        let read_err =
+            "gazette_journal_server_completed_totals{operation=\"Read\",status=\"<error>\"}";
+        let mut c = Conn::open(&b).await;
+        c.send(b"GET /a/journal?block=true&offset=11 HTTP/1.1\r\n\r\n")
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(c);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while metric(&metrics(&b).await, read_err) == metric(&before, read_err) {
+            assert!(Instant::now() < deadline, "the abandoned Read did not end");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let r = get(&b, "/a/journal").await;
         assert_eq!(r.text(), "firstsecond");
     })
@@ -802,6 +824,83 @@ async fn sigterm_ends_reads_and_exits_zero() {
         let mut rest = Vec::new();
         let _ = http.read_to_end(&mut rest).await;
         assert!(TcpStream::connect(("127.0.0.1", port)).await.is_err());
+    })
+    .await;
+}
+
+/// SIGTERM during an append: the append still commits (within the grace bound), new
+/// connections are refused meanwhile, then the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_inflight_appends_finish() {
+    within(40, async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new(courant_bin())
+            .args([
+                "serve",
+                "--broker.bind",
+                "127.0.0.1",
+                "--broker.host",
+                "127.0.0.1",
+            ])
+            .args(["--broker.port", &port.to_string()])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let tcp = loop {
+            if let Ok(t) = TcpStream::connect(("127.0.0.1", port)).await {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let (ch, conn) = courant_tests::protocol::grpc::Channel::handshake(tcp, "x")
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        create_journals(&ch, &["a/journal"]).await;
+        let mut call = ch.call(APPEND).await.unwrap();
+        call.sender
+            .send(&AppendRequest {
+                journal: "a/journal".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        call.sender
+            .send(&AppendRequest {
+                content: Bytes::from_static(b"in flight"),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        let pid = child.id().unwrap() as i32;
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc_kill(pid, 15) }, 0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Draining: the listener is closed, the process still runs.
+        assert!(TcpStream::connect(("127.0.0.1", port)).await.is_err());
+        assert!(child.try_wait().unwrap().is_none());
+        call.sender.send(&AppendRequest::default()).await.unwrap();
+        call.sender.close().unwrap();
+        let resp = finish_unary_response::<courant_tests::protocol::AppendResponse>(&mut call)
+            .await
+            .expect("the in-flight append commits during shutdown");
+        assert_status(resp.status, courant_tests::protocol::Status::Ok, "append");
+        assert_eq!(resp.commit.unwrap().end, 9);
+        let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+            .await
+            .expect("exited after SIGTERM")
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
     })
     .await;
 }

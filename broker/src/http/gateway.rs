@@ -109,8 +109,19 @@ async fn serve_read(ex: &mut Exchange<'_>) -> Outcome {
             .error(Response::new(500), "the journal's owner core has stopped")
             .await;
     };
-    // The first response carries the metadata (or a non-OK status).
-    let first = match client.next::<ReadResponse>().await {
+    // The first response carries the metadata (or a non-OK status). A blocking read at the
+    // write head sends nothing until content commits: meanwhile, watch for a hang-up.
+    let conn = &mut *ex.conn;
+    let first = future::or(async { Some(client.next::<ReadResponse>().await) }, async {
+        conn.closed().await;
+        None
+    })
+    .await;
+    let Some(first) = first else {
+        // The client went away; dropping `client` cancels the owner's Read.
+        return Outcome::Close;
+    };
+    let first = match first {
         Ok(Some(first)) => first,
         Ok(None) => {
             return ex.error(Response::new(500), "broker terminated RPC").await;

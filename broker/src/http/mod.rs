@@ -33,9 +33,13 @@ const BODY_CHUNK: usize = 64 << 10;
 /// Largest body of a request we do not use that we drain to keep the connection.
 const MAX_DRAIN: u64 = 1 << 20;
 
+/// A connection's byte stream: a glommio socket, or TLS over one.
+pub trait Io: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> Io for T {}
+
 /// One HTTP/1.x connection: the socket and the bytes read but not yet consumed.
 pub struct Conn {
-    stream: glommio::net::TcpStream,
+    stream: Box<dyn Io>,
     buf: BytesMut,
     eof: bool,
 }
@@ -458,7 +462,7 @@ impl Exchange<'_> {
 
 /// Serves HTTP/1.x requests on `stream` until the client closes, errs or times out.
 /// `initial` holds the bytes already read while sniffing the protocol.
-pub async fn serve(core: Rc<Core>, stream: glommio::net::TcpStream, initial: BytesMut) {
+pub async fn serve(core: Rc<Core>, stream: Box<dyn Io>, initial: BytesMut) {
     serve_on(core, stream, initial, Listener::Main).await
 }
 
@@ -471,12 +475,7 @@ pub enum Listener {
     Debug,
 }
 
-pub async fn serve_on(
-    core: Rc<Core>,
-    stream: glommio::net::TcpStream,
-    initial: BytesMut,
-    listener: Listener,
-) {
+pub async fn serve_on(core: Rc<Core>, stream: Box<dyn Io>, initial: BytesMut, listener: Listener) {
     let mut conn = Conn {
         stream,
         buf: initial,

@@ -88,6 +88,9 @@ pub struct PersistJob {
     pub fragment: Fragment,
     /// Its content file; byte 0 is offset `fragment.begin`.
     pub file: PathBuf,
+    /// The spool's first append, for `path_postfix_template`s; unknown (`None`) for
+    /// fragments recovered at start-up, which then use the time the upload starts.
+    pub first_append: Option<std::time::SystemTime>,
 }
 
 #[derive(Debug)]
@@ -353,6 +356,9 @@ impl Service {
 
     async fn persist(&self, job: PersistJob) -> PersistOutcome {
         let mut backoff = Duration::from_secs(1);
+        // Fixed once, so that every attempt computes the same postfix (hence the same
+        // content-addressed path).
+        let first_append = job.first_append.unwrap_or_else(std::time::SystemTime::now);
         loop {
             let spec = {
                 let snapshot = self.keyspace.borrow().clone();
@@ -376,7 +382,7 @@ impl Service {
                     .acquire()
                     .await
                     .expect("semaphore never closed");
-                self.persist_once(&job, &url).await
+                self.persist_once(&job, &url, &spec, first_append).await
             };
             // Gazette's generous timeout against wedged uploads.
             let outcome = tokio::time::timeout(Duration::from_secs(300), attempt)
@@ -393,12 +399,18 @@ impl Service {
         }
     }
 
-    async fn persist_once(&self, job: &PersistJob, url: &str) -> Result<Fragment, StoreError> {
+    async fn persist_once(
+        &self,
+        job: &PersistJob,
+        url: &str,
+        spec: &protocol::JournalSpec,
+        first_append: std::time::SystemTime,
+    ) -> Result<Fragment, StoreError> {
         let active = self.active(url);
         let store = active.get()?.clone();
         let mut fragment = job.fragment.clone();
         fragment.backing_store = url.to_string();
-        fragment.path_postfix = String::new();
+        fragment.path_postfix = path_postfix(&fragment, spec, first_append);
         let path = active.rewrite(&storage::naming::content_path(&fragment));
         if let Some(mod_time) = store.exists(&path).await? {
             fragment.mod_time = mod_time;
@@ -452,6 +464,51 @@ impl Service {
             gzip_encoded,
             chunks: rx,
         })
+    }
+}
+
+/// The fragment's path postfix: its spec's `path_postfix_template` evaluated over the spool
+/// (`storage::naming::eval_path_postfix`). A template Courant cannot evaluate, or one that
+/// yields an invalid postfix, persists the fragment with no postfix and a warning: the
+/// fragment is still found by listings and reads, where Gazette would retry forever.
+fn path_postfix(
+    fragment: &Fragment,
+    spec: &protocol::JournalSpec,
+    first_append: std::time::SystemTime,
+) -> String {
+    use protocol::validate::Validate;
+    let template = spec
+        .fragment
+        .as_ref()
+        .map(|f| f.path_postfix_template.as_str())
+        .unwrap_or_default();
+    if template.is_empty() {
+        return String::new();
+    }
+    let nanos = match first_append.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    };
+    let input = storage::naming::PostfixInput {
+        fragment,
+        first_append_unix_nanos: nanos,
+        spec,
+    };
+    let postfix = match storage::naming::eval_path_postfix(template, &input) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(journal = %fragment.journal, template, error = %e, "cannot evaluate path_postfix_template; persisting without a postfix");
+            return String::new();
+        }
+    };
+    let mut check = fragment.clone();
+    check.path_postfix = postfix.clone();
+    match check.validate() {
+        Ok(()) => postfix,
+        Err(e) => {
+            tracing::warn!(journal = %fragment.journal, template, postfix, error = %e, "path_postfix_template yields an invalid postfix; persisting without one");
+            String::new()
+        }
     }
 }
 
