@@ -28,10 +28,24 @@ pub struct Limits {
 
 pub fn measure(dir: &Path, seconds: f64, disk_bytes: u64) -> std::io::Result<Limits> {
     Ok(Limits {
-        loopback: loopback_tcp(Duration::from_secs_f64(seconds))?,
+        loopback: best_of(3, || loopback_tcp(Duration::from_secs_f64(seconds / 3.0)))?,
         sha1: sha1_one_core(Duration::from_secs_f64(seconds.min(2.0))),
         disk: disk_write(dir, disk_bytes)?,
     })
+}
+
+/// The fastest of `n` runs: on a shared, unpinned VM one run can land on a busy vCPU or
+/// across vCPUs (2–3× slower), and a limit is what the machine can do.
+fn best_of(n: usize, run: impl Fn() -> std::io::Result<Limit>) -> std::io::Result<Limit> {
+    let mut best = run()?;
+    for _ in 1..n {
+        let next = run()?;
+        if next.bytes_per_s > best.bytes_per_s {
+            best = next;
+        }
+    }
+    best.method += &format!(" (best of {n} runs)");
+    Ok(best)
 }
 
 /// One TCP connection over 127.0.0.1: a sender thread writes 64 KiB buffers for `window`,

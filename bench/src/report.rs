@@ -68,7 +68,12 @@ fn num(x: f64) -> String {
 
 fn ratio(c: f64, g: f64) -> String {
     if c.is_finite() && g.is_finite() && g > 0.0 && c > 0.0 {
-        format!("{:.2}×", c / g)
+        let r = c / g;
+        if r < 0.1 {
+            format!("{r:.4}×")
+        } else {
+            format!("{r:.2}×")
+        }
     } else {
         "–".into()
     }
@@ -616,6 +621,7 @@ mod tests {
         );
         assert_eq!(ratio(3.0, 1.5), "2.00×");
         assert_eq!(ratio(3.0, 0.0), "–");
+        assert_eq!(ratio(5.42, 1316.0), "0.0041×");
         assert_eq!(rate(4_312_500.0), "4.31 M");
         assert_eq!(rate(812_000.0), "812 k");
     }
