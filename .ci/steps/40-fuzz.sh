@@ -15,14 +15,27 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 cd fuzz
 # Seeds: one well-formed input per target, so the fuzzer starts from the interesting shapes.
-mkdir -p corpus/http_head corpus/grpc_frames corpus/requests
+TARGETS="http_head grpc_frames requests fragment_names spool_commits jwt_claims"
+for target in $TARGETS; do mkdir -p "corpus/$target"; done
 printf 'PUT /a/journal?offset=5&block=true HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n' \
   >corpus/http_head/seed-put
 printf '1a;ext=1\r\n' >corpus/http_head/seed-chunk
 printf '\x07\x00\x00\x00\x00\x03abc\x00\x00\x00\x00\x00' >corpus/grpc_frames/seed
 printf '\x00\x0a\x09a/journal' >corpus/requests/seed-append
+# A store listing entry (first byte: length of the journal name before the relative path),
+# and a path_postfix_template.
+printf '\x09a/journalpfx/00000000000003e8-00000000000007d0-0123456789abcdef0123456789abcdef01234567.zst' \
+  >corpus/fragment_names/seed-listing
+printf '\x00date={{ .Spool.FirstAppendTime.Format "2006-01-02" }}/{{- .JournalSpec.Name -}}' \
+  >corpus/fragment_names/seed-template
+# A commit log (begin 0, 25 content bytes): header, a record with registers, one without.
+printf '\x00\x00\x00\x00\x19\x00\x00\x00\x02\x43\x52\x4e\x54\x43\x4d\x54\x31\x01\x00\x00\x00\x96\xde\x84\x9d\x08\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x68\xe5\xcf\x8b\x01\x00\x00\x0a\x06\x0a\x01\x61\x12\x01\x62\x7a\x07\xa4\xf7\xff\xff\xff\xff\x19\x00\x00\x00\x00\x00\x00\x00\xf4\x69\xe5\xcf\x8b\x01\x00\x00\xb4\xbe\xc0\xe8' \
+  >corpus/spool_commits/seed-log
+# Claims of a signed token (first byte: header variant), as Gazette's pb.Claims marshals.
+printf '\x00{"cap":10,"sel":{"include":{"labels":[{"name":"app","value":"x","prefix":true}]},"exclude":{"labels":null}},"exp":4102444800,"iat":1700000000}' \
+  >corpus/jwt_claims/seed-claims
 status=0
-for target in http_head grpc_frames requests; do
+for target in $TARGETS; do
   echo "== fuzz $target (${SECONDS_EACH}s)"
   if cargo +nightly fuzz run "$target" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 \
     -print_final_stats=1 2>&1 | tee "/tmp/courant-fuzz-$target.log" | grep -E '^(stat::|==|INFO: Done|SUMMARY|.*panicked)'; then

@@ -83,6 +83,9 @@ pub struct ServeConfig {
     /// PEM CA certificates: when set, clients must present a certificate signed by one.
     #[arg(long = "broker.server-ca-file", env = "BROKER_SERVER_CA_FILE")]
     pub server_ca_file: Option<PathBuf>,
+    /// Origin allowed in CORS contexts of the `/v1/` JSON routes (repeatable).
+    #[arg(long = "broker.allow-origin", env = "BROKER_ALLOW_ORIGIN")]
+    pub allow_origin: Vec<String>,
     /// Also serve `/debug/ready` and `/debug/metrics` on this separate port (HTTP/1.1).
     #[arg(long = "debug.port", env = "DEBUG_PORT")]
     pub debug_port: Option<u16>,

@@ -177,6 +177,34 @@ impl Core {
         Some(client)
     }
 
+    /// Starts a List on this core for a front end other than gRPC (the HTTP `/v1/` routes),
+    /// with already verified `claims`; returns the client's ends. Dropping them cancels it.
+    pub async fn start_list_call(
+        self: &Rc<Self>,
+        req: protocol::ListRequest,
+        claims: crate::auth::Claims,
+        timeout: Option<Duration>,
+    ) -> call::ChannelClient {
+        let (mut input, mut output, client) = call::channel_call();
+        // The handler reads its request from the call's input, as a gRPC List does.
+        let _ = client
+            .requests
+            .send_async(Ok(bytes::Bytes::from(prost::Message::encode_to_vec(&req))))
+            .await;
+        let core = self.clone();
+        glommio::spawn_local(async move {
+            crate::metrics::rpc_started("List");
+            let outcome = with_deadline(timeout, async {
+                crate::list::list(&core, &claims, &mut input, &mut output).await
+            })
+            .await;
+            crate::metrics::rpc_completed("List", outcome.is_ok());
+            output.finish(outcome);
+        })
+        .detach();
+        client
+    }
+
     /// Routes one incoming call to its handler, on this core or the journal's owner.
     pub async fn dispatch(self: Rc<Self>, mut call: ServerCall) {
         if let Err(err) = call.check_headers() {

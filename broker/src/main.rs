@@ -12,6 +12,7 @@ mod flow;
 mod http;
 mod ini;
 mod io;
+mod jwt;
 mod keyspace;
 mod list;
 mod metrics;

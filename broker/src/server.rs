@@ -1,9 +1,10 @@
 //! Process start-up: the control thread, one executor per core, and per-core accept loops.
 //!
-//! Every core binds the same port (glommio sets SO_REUSEPORT), so the kernel spreads
-//! connections over cores; each connection lives on the core that accepted it. One port
-//! serves both protocols, as Gazette's cmux does: a connection that opens with the HTTP/2
-//! preface is gRPC, anything else is HTTP/1.x (`crate::http`).
+//! Every core has its own listener on the same port (SO_REUSEPORT, all bound before any
+//! executor starts), so the kernel spreads connections over cores; each connection lives on
+//! the core that accepted it. One port serves both protocols, as Gazette's cmux does: a
+//! connection that opens with the HTTP/2 preface is gRPC, anything else is HTTP/1.x
+//! (`crate::http`).
 
 use crate::config::ServeConfig;
 use crate::core::{Core, CoreMsg, INBOX_DEPTH};
@@ -51,9 +52,13 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         .unzip();
     let endpoint = cfg.endpoint();
 
-    // Bind once up front so that a port in use is reported before any executor starts.
-    std::net::TcpListener::bind((cfg.bind.as_str(), cfg.port))
-        .map_err(|e| format!("binding {}:{}: {e}", cfg.bind, cfg.port))?;
+    // Every core's listener is bound and listening before any executor starts, so a port in
+    // use is reported at once, and no connection can reach the port before every core can
+    // take its share of them.
+    let mut listeners = (0..cores)
+        .map(|_| bind_shared(&cfg.bind, cfg.port))
+        .collect::<Result<Vec<_>, String>>()?
+        .into_iter();
     if let Some(port) = cfg.debug_port {
         std::net::TcpListener::bind((cfg.bind.as_str(), port))
             .map_err(|e| format!("binding --debug.port {}:{port}: {e}", cfg.bind))?;
@@ -61,6 +66,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
 
     let mut handles = Vec::new();
     for (index, inbox) in receivers.into_iter().enumerate() {
+        let listener = listeners.next().expect("one listener per core");
         let cfg = cfg.clone();
         let keyspace = keyspace.clone();
         let peers = senders.clone();
@@ -97,7 +103,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                 {
                     glommio::spawn_local(debug_accept_loop(core.clone(), port)).detach();
                 }
-                if let Err(err) = accept_loop(core, tls).await {
+                if let Err(err) = accept_loop(core, tls, listener).await {
                     tracing::error!(core = index, %err, "accept loop failed");
                     std::process::exit(1);
                 }
@@ -161,12 +167,39 @@ async fn debug_accept_loop(core: Rc<Core>, port: u16) {
     }
 }
 
+/// Binds one listening socket of the shared port (SO_REUSEPORT: one per core, the kernel
+/// spreads connections over them).
+fn bind_shared(host: &str, port: u16) -> Result<std::os::fd::OwnedFd, String> {
+    use socket2::{Domain, Socket, Type};
+    use std::net::ToSocketAddrs;
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving --broker.bind {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--broker.bind {host} resolves to no address"))?;
+    let bind = || -> std::io::Result<Socket> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        Ok(socket)
+    };
+    bind()
+        .map(std::os::fd::OwnedFd::from)
+        .map_err(|e| format!("binding {host}:{port}: {e}"))
+}
+
 async fn accept_loop(
     core: Rc<Core>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    listener: std::os::fd::OwnedFd,
 ) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
     let tls = tls.map(futures_rustls::TlsAcceptor::from);
-    let listener = glommio::net::TcpListener::bind((core.cfg.bind.as_str(), core.cfg.port))?;
+    // SAFETY: the descriptor is a listening TCP socket this process owns; ownership moves
+    // into the glommio listener, which closes it.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let mut stage = crate::shutdown::subscribe();
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {

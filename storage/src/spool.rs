@@ -845,6 +845,48 @@ mod tests {
         });
     }
 
+    /// The spool half of spec §10 scenario 29 (the proposal comparison itself belongs to a
+    /// Replicate handler): committed [0,4) GZIP with 4 bytes pending; a roll within bounds
+    /// is refused and leaves the spool as it was; a roll to 9 completes [0,4) "abcd" for
+    /// persistence, discards the pending bytes, starts [9,9) and takes the proposal's
+    /// registers.
+    #[test]
+    fn scenario_29_roll_forward_beyond_the_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (mut spool, _) = Spool::open(tmp.path(), J, Gzip).await.unwrap();
+            spool.write(&b("abcd")).await.unwrap();
+            spool.commit(labels(&[("reg", "one")])).await.unwrap();
+            spool.write(&b("efgh")).await.unwrap();
+            let before = (spool.fragment().clone(), spool.next(), spool.delta());
+
+            assert!(matches!(
+                spool.roll(1, Gzip).await,
+                Err(StorageError::InvalidRoll { at: 1, end: 4, .. })
+            ));
+            assert_eq!(
+                (spool.fragment().clone(), spool.next(), spool.delta()),
+                before
+            );
+            assert_eq!(spool.registers(), &labels(&[("reg", "one")]));
+
+            let done = spool.roll(9, Gzip).await.unwrap().expect("[0,4) completes");
+            spool.set_registers(labels(&[("reg", "proposal")]));
+            assert_eq!((done.fragment.begin, done.fragment.end), (0, 4));
+            assert_eq!(done.fragment.compression_codec, Gzip as i32);
+            assert_eq!(done.fragment.sum, Some(sum_of_bytes(b"abcd")));
+            assert_eq!(read_all(&done.file, &done.fragment).await, b"abcd");
+            let f = spool.fragment().clone();
+            assert_eq!((f.begin, f.end, f.sum), (9, 9, Some(zero_sum())));
+            assert_eq!(spool.delta(), 0);
+            assert_eq!(spool.registers(), &labels(&[("reg", "proposal")]));
+            // The spool goes on at 9.
+            spool.write(&b("ij")).await.unwrap();
+            let c = spool.commit(spool.registers().clone()).await.unwrap();
+            assert_eq!((c.begin, c.end), (9, 11));
+        });
+    }
+
     #[test]
     fn recovery_cuts_uncommitted_bytes() {
         let tmp = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! HTTP/1.1 on the broker's port: `/debug/ready`, `/debug/metrics` and the `/` gateway.
+//! HTTP/1.1 on the broker's port: `/debug/ready`, `/debug/metrics`, the `/v1/` JSON routes
+//! (`v1.rs`) and the `/` gateway.
 //!
 //! Lives on: the core that accepted the connection (glommio). `server::serve_connection`
 //! sniffs each connection's first bytes: the HTTP/2 preface goes to gRPC, anything else
@@ -12,7 +13,9 @@
 //! [`IDLE_TIMEOUT`]; each body read and each write must progress within [`IO_TIMEOUT`].
 
 pub mod gateway;
+pub mod json;
 pub mod parse;
+pub mod v1;
 
 use crate::core::Core;
 use bytes::{Buf, Bytes, BytesMut};
@@ -331,6 +334,12 @@ impl Response {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        409 => "Conflict",
+        429 => "Too Many Requests",
+        501 => "Not Implemented",
+        504 => "Gateway Timeout",
         204 => "No Content",
         206 => "Partial Content",
         400 => "Bad Request",
@@ -548,6 +557,10 @@ async fn route(ex: &mut Exchange<'_>) -> Outcome {
     };
     if ex.listener == Listener::Debug && !ex.head.path().starts_with("/debug/") {
         return ex.error(Response::new(404), "404 page not found").await;
+    }
+    if ex.listener == Listener::Main && ex.head.path().starts_with("/v1/") {
+        // As Gazette's mux: all of `/v1/` belongs to the grpc-gateway routes.
+        return v1::serve(ex).await;
     }
     if !debug {
         return gateway::serve(ex).await;

