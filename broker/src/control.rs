@@ -5,8 +5,10 @@
 //! channel, and they read keyspace [`Snapshot`]s through a `tokio::sync::watch` channel,
 //! whose futures need no runtime. The fragment-store service (`crate::stores::persist`:
 //! uploads, listings, object reads, health checks) runs on the same runtime as tasks beside
-//! the keyspace loop.
+//! the keyspace loop. The keyspace is the embedded store or, with `--etcd.address`, etcd
+//! (`crate::keyspace::etcd`: its client, watch and lease all live here).
 
+use crate::keyspace::etcd::{self, Etcd};
 use crate::keyspace::{Backend, Compare, Op, Snapshot, TxnOutcome};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -70,16 +72,29 @@ impl KeySpaceHandle {
     }
 }
 
+/// The keyspace the control thread owns: the embedded store (synchronous, behind
+/// [`Backend`]) or etcd (async; connected on the control thread's runtime).
+pub enum KeySpaceBackend {
+    Embedded(Box<dyn Backend + Send>),
+    Etcd(etcd::Config),
+}
+
+/// A backend ready to serve, on the control thread.
+enum Loaded {
+    Embedded(Box<dyn Backend + Send>),
+    Etcd(Box<Etcd>),
+}
+
 /// Starts the control thread around `backend` and the fragment-store service, and returns
-/// the handles cores use.
+/// the handles cores use once the keyspace is loaded (with etcd: connected, announced and
+/// loaded; an error if that fails).
 pub fn start(
-    mut backend: Box<dyn Backend + Send>,
+    backend: KeySpaceBackend,
     stores: crate::stores::StoresConfig,
-) -> (KeySpaceHandle, crate::stores::persist::StoreHandle) {
+) -> Result<(KeySpaceHandle, crate::stores::persist::StoreHandle), String> {
     let (tx, rx) = flume::bounded::<ControlMsg>(1024);
-    let (watch_tx, watch_rx) = watch::channel(backend.snapshot());
     let (store_handle, store_inbox) = crate::stores::persist::channel();
-    let store_watch = watch_rx.clone();
+    let (init_tx, init_rx) = std::sync::mpsc::channel::<Result<watch::Receiver<_>, String>>();
     std::thread::Builder::new()
         .name("courant-control".into())
         .spawn(move || {
@@ -88,40 +103,72 @@ pub fn start(
                 .build()
                 .expect("building the control thread's tokio runtime");
             rt.block_on(async move {
+                let backend = match backend {
+                    KeySpaceBackend::Embedded(b) => Loaded::Embedded(b),
+                    KeySpaceBackend::Etcd(cfg) => match Etcd::connect(&cfg).await {
+                        Ok(etcd) => Loaded::Etcd(Box::new(etcd)),
+                        Err(e) => {
+                            let _ = init_tx.send(Err(e));
+                            return;
+                        }
+                    },
+                };
+                let initial = match &backend {
+                    Loaded::Embedded(embedded) => embedded.snapshot(),
+                    Loaded::Etcd(etcd) => etcd.snapshot(),
+                };
+                let (watch_tx, watch_rx) = watch::channel(initial);
                 tokio::spawn(crate::stores::persist::serve(
                     stores,
-                    store_watch,
+                    watch_rx.clone(),
                     store_inbox,
                 ));
-                while let Ok(msg) = rx.recv_async().await {
-                    match msg {
-                        ControlMsg::Txn {
-                            compares,
-                            ops,
-                            reply,
-                        } => {
-                            let out = backend.txn(&compares, &ops);
-                            if matches!(
-                                out,
-                                Ok(TxnOutcome {
-                                    succeeded: true,
-                                    ..
-                                })
-                            ) {
-                                // Publish before replying, so the requester's core can
-                                // already see its own change.
-                                watch_tx.send_replace(backend.snapshot());
-                            }
-                            let _ = reply.send(out);
-                        }
-                    }
+                let _ = init_tx.send(Ok(watch_rx));
+                match backend {
+                    Loaded::Embedded(embedded) => serve_embedded(embedded, rx, watch_tx).await,
+                    Loaded::Etcd(etcd) => etcd.serve(rx, watch_tx).await,
                 }
             });
         })
         .expect("spawning the control thread");
+    let watch_rx = init_rx
+        .recv()
+        .map_err(|_| "the control thread stopped while loading the keyspace".to_string())??;
     let keyspace = KeySpaceHandle {
         tx,
         watch: watch_rx,
     };
-    (keyspace, store_handle)
+    Ok((keyspace, store_handle))
+}
+
+/// The control loop in the embedded mode: transactions run synchronously (fdatasync on
+/// this thread, never on an executor).
+async fn serve_embedded(
+    mut backend: Box<dyn Backend + Send>,
+    rx: flume::Receiver<ControlMsg>,
+    watch_tx: watch::Sender<Arc<Snapshot>>,
+) {
+    while let Ok(msg) = rx.recv_async().await {
+        match msg {
+            ControlMsg::Txn {
+                compares,
+                ops,
+                reply,
+            } => {
+                let out = backend.txn(&compares, &ops);
+                if matches!(
+                    out,
+                    Ok(TxnOutcome {
+                        succeeded: true,
+                        ..
+                    })
+                ) {
+                    // Publish before replying, so the requester's core can
+                    // already see its own change.
+                    watch_tx.send_replace(backend.snapshot());
+                }
+                let _ = reply.send(out);
+            }
+        }
+    }
 }

@@ -101,7 +101,7 @@ fn matching(
         .map(|item| list_response::Journal {
             spec: Some(item.spec.clone()),
             mod_revision: item.mod_revision,
-            route: Some(resolver::list_route(core, &item.spec)),
+            route: Some(resolver::list_route(core, snapshot, &item.spec)),
             create_revision: item.create_revision,
         })
         .collect()

@@ -210,6 +210,94 @@ pub fn read_bytes(journal: &str, bytes: u64) {
     })
 }
 
+/// Store metrics, written only by the control thread (the store service's tokio tasks):
+/// process-wide relaxed atomics, read by scrapes on any core.
+pub mod stores {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicU8;
+
+    /// Uploads holding a permit (staging, uploading, confirming).
+    pub static UPLOADS_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
+    /// Persist attempts waiting for an upload permit.
+    pub static UPLOAD_QUEUE: AtomicI64 = AtomicI64::new(0);
+    /// Fragments persisted (uploaded, or found already present).
+    pub static UPLOADS_COMPLETED: AtomicU64 = AtomicU64::new(0);
+    /// Failed upload attempts (each is retried).
+    pub static UPLOADS_FAILED: AtomicU64 = AtomicU64::new(0);
+    /// Bytes sent to stores by completed uploads (after compression).
+    pub static UPLOAD_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Failed store listings.
+    pub static LISTING_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+    static HEALTH: Mutex<BTreeMap<String, Arc<AtomicU8>>> = Mutex::new(BTreeMap::new());
+
+    /// The health gauge of store `url` (1 healthy, 0 not), registered on first use.
+    pub fn health(url: &str) -> Arc<AtomicU8> {
+        HEALTH
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(url.to_string())
+            .or_default()
+            .clone()
+    }
+
+    pub(super) fn render(out: &mut String) {
+        let gauges: [(&str, &str, &AtomicI64); 2] = [
+            (
+                "courant_store_uploads_in_flight",
+                "Fragment uploads in flight (holding one of --store.max-uploads permits).",
+                &UPLOADS_IN_FLIGHT,
+            ),
+            (
+                "courant_store_upload_queue_depth",
+                "Fragment uploads waiting for an upload permit.",
+                &UPLOAD_QUEUE,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            family(out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {}", v.load(Relaxed).max(0));
+        }
+        let counters: [(&str, &str, &AtomicU64); 4] = [
+            (
+                "courant_store_uploads_completed_total",
+                "Fragments persisted to their store (uploaded, or found already there).",
+                &UPLOADS_COMPLETED,
+            ),
+            (
+                "courant_store_uploads_failed_total",
+                "Failed fragment upload attempts (each is retried).",
+                &UPLOADS_FAILED,
+            ),
+            (
+                "courant_store_upload_bytes_total",
+                "Bytes uploaded to fragment stores (after compression).",
+                &UPLOAD_BYTES,
+            ),
+            (
+                "courant_store_listing_errors_total",
+                "Failed fragment store listings.",
+                &LISTING_ERRORS,
+            ),
+        ];
+        for (name, help, v) in counters {
+            family(out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", v.load(Relaxed));
+        }
+        let name = "courant_store_healthy";
+        family(
+            out,
+            name,
+            "gauge",
+            "Whether the fragment store's last health check passed (1) or not (0).",
+        );
+        for (url, v) in HEALTH.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            sample(out, name, &[("store", url)], u64::from(v.load(Relaxed)));
+        }
+    }
+}
+
 /// Renders every core's counters in the Prometheus text exposition format (0.0.4).
 pub fn render() -> String {
     let cores: Vec<Arc<CoreMetrics>> = REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -395,6 +483,7 @@ pub fn render() -> String {
         );
         let _ = writeln!(out, "{name}_count{{journal=\"{journal}\"}} {count}");
     }
+    stores::render(&mut out);
     out
 }
 
@@ -456,5 +545,14 @@ mod tests {
             )
         );
         assert_eq!(appends_in_flight(), 0);
+        stores::health("s3://b/p/").store(1, Relaxed);
+        stores::UPLOADS_COMPLETED.fetch_add(2, Relaxed);
+        let text = render();
+        assert!(
+            text.contains("courant_store_healthy{store=\"s3://b/p/\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE courant_store_upload_queue_depth gauge"));
+        assert!(text.contains("courant_store_uploads_completed_total "));
     }
 }

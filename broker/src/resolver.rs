@@ -3,8 +3,14 @@
 //! Lives on: any core (pure functions over a [`Snapshot`]).
 //!
 //! In the embedded single-node mode every journal is assigned to this broker: the Route is
-//! `[self]` with primary 0 (none when the journal is fully suspended). The etcd mode will
-//! derive Routes from assignment keys; the status rules below are the same for both.
+//! `[self]` with primary 0 (none when the journal is fully suspended). In the etcd mode the
+//! Route comes from the journal's assignment keys (`Snapshot::assigned_route`); the status
+//! rules (spec §2.1) are the same for both.
+//!
+//! Proxying is not implemented yet: when Gazette would proxy (the request allows it and
+//! another broker must serve), we answer as if `do_not_proxy` were set, with
+//! NOT_JOURNAL_PRIMARY_BROKER (Append) or NOT_JOURNAL_BROKER (Read, ListFragments) and the
+//! Route, which Gazette's Go clients retry against directly.
 
 use crate::core::Core;
 use crate::keyspace::Snapshot;
@@ -26,7 +32,8 @@ pub struct Resolution {
 pub struct Args<'a> {
     pub journal: &'a str,
     pub require_primary: bool,
-    /// Single node: there is never another broker to proxy to, so this is not consulted yet.
+    /// Not consulted yet: with no proxying, a call for another broker always gets
+    /// NOT_JOURNAL_(PRIMARY_)BROKER, as Gazette answers when proxying is not allowed.
     #[allow(dead_code)]
     pub may_proxy: bool,
     pub min_etcd_revision: i64,
@@ -72,34 +79,48 @@ fn resolve_in(core: &Core, snapshot: Arc<Snapshot>, args: &Args<'_>) -> Resoluti
         .get(&journal)
         .map(|item| item.spec.clone());
     let route = match &spec {
-        Some(spec) => local_route(core, spec),
+        Some(spec) => route_of(core, &snapshot, &journal, spec),
         None => Route {
             primary: -1,
             ..Default::default()
         },
     };
-    let is_member = !route.members.is_empty();
+    let is_member = route.members.contains(&core.process_id);
     let suspended = spec
         .as_ref()
         .and_then(|s| s.suspend.as_ref())
         .is_some_and(|s| s.level == Level::Full as i32);
+    // Who should serve (Gazette's rule 6): the primary when one is required and exists,
+    // else ourselves if we are a member, else nobody in particular.
+    let serving = if args.require_primary && route.primary >= 0 {
+        route.members.get(route.primary as usize).cloned()
+    } else if is_member {
+        Some(core.process_id.clone())
+    } else {
+        None
+    };
     let status = if spec.is_none() {
         Status::JournalNotFound
     } else if suspended {
         Status::Suspended
     } else if args.require_primary && route.primary == -1 {
         Status::NoJournalPrimaryBroker
-    } else if !is_member {
+    } else if route.members.is_empty() {
         Status::InsufficientJournalBrokers
+    } else if serving.as_ref() != Some(&core.process_id) {
+        // Gazette proxies here unless `do_not_proxy`; Courant cannot proxy yet.
+        if args.require_primary {
+            Status::NotJournalPrimaryBroker
+        } else {
+            Status::NotJournalBroker
+        }
     } else {
-        // Single node: we are the only member and (when there is one) the primary, so
-        // neither proxying nor NOT_JOURNAL_(PRIMARY_)BROKER can arise here.
         Status::Ok
     };
-    let process_id = if status != Status::Ok || is_member {
+    let process_id = if status != Status::Ok {
         Some(core.process_id.clone())
     } else {
-        None
+        serving
     };
     let header = Header {
         process_id,
@@ -112,6 +133,15 @@ fn resolve_in(core: &Core, snapshot: Arc<Snapshot>, args: &Args<'_>) -> Resoluti
         journal,
         spec,
         snapshot,
+    }
+}
+
+/// The Route of a journal: from its assignments with etcd, else [`local_route`].
+fn route_of(core: &Core, snapshot: &Snapshot, journal: &str, spec: &JournalSpec) -> Route {
+    if snapshot.cluster {
+        snapshot.assigned_route(journal)
+    } else {
+        local_route(core, spec)
     }
 }
 
@@ -144,6 +174,6 @@ pub fn unrouted_header(core: &Core, snapshot: &Snapshot) -> Header {
 }
 
 /// The Route shown for a journal in List responses.
-pub fn list_route(core: &Core, spec: &JournalSpec) -> Route {
-    local_route(core, spec)
+pub fn list_route(core: &Core, snapshot: &Snapshot, spec: &JournalSpec) -> Route {
+    route_of(core, snapshot, &spec.name, spec)
 }

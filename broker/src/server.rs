@@ -7,6 +7,7 @@
 //! (`crate::http`).
 
 use crate::config::ServeConfig;
+use crate::control::KeySpaceBackend;
 use crate::core::{Core, CoreMsg, INBOX_DEPTH};
 use crate::keyspace::embedded::Embedded;
 use bytes::{Buf, BytesMut};
@@ -37,10 +38,36 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
 
     let member_id =
         crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
-    let backend = Embedded::open(&cfg.data_dir.join("keyspace"), &cfg.etcd_prefix, member_id)?;
+    // An empty address (e.g. `address =` in an INI file) also means the embedded mode.
+    let backend = match cfg.etcd_address.as_ref().filter(|a| !a.trim().is_empty()) {
+        None => KeySpaceBackend::Embedded(Box::new(Embedded::open(
+            &cfg.data_dir.join("keyspace"),
+            &cfg.etcd_prefix,
+            member_id,
+        )?)),
+        Some(address) => {
+            let member = protocol::BrokerSpec {
+                process_spec: Some(protocol::ProcessSpec {
+                    id: Some(process_id.clone()),
+                    endpoint: cfg.endpoint(),
+                }),
+                journal_limit: cfg.limit,
+                exiting: false,
+            };
+            member
+                .validate()
+                .map_err(|e| format!("invalid broker spec to announce: {e}"))?;
+            KeySpaceBackend::Etcd(crate::keyspace::etcd::Config {
+                address: address.clone(),
+                root: cfg.etcd_prefix.clone(),
+                lease_ttl: cfg.etcd_lease,
+                member,
+            })
+        }
+    };
     let store_cfg = crate::stores::config_from(&cfg);
     let default_store = store_cfg.default_store.clone();
-    let (keyspace, stores) = crate::control::start(Box::new(backend), store_cfg);
+    let (keyspace, stores) = crate::control::start(backend, store_cfg)?;
     crate::shutdown::install()?;
 
     let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);

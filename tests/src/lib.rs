@@ -247,6 +247,26 @@ impl Broker {
         }
     }
 
+    /// SIGTERMs the broker (a graceful shutdown) and waits up to `secs` for it to exit;
+    /// returns whether it did.
+    pub async fn terminate(&mut self, secs: u64) -> bool {
+        let Some(c) = self.child.as_mut() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                self.child = None;
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
     /// Kills the broker (if running) and starts it again on the same port and data dir.
     pub async fn restart(&mut self) {
         self.kill9();

@@ -200,8 +200,11 @@ async fn round_trip_every_codec_through_a_wiped_broker() {
             append_ok(&ch, &journal, b"!").await;
             written.push((journal, [all, b"!".to_vec()].concat()));
         }
+        let (mut fragments, mut bytes) = (0usize, 0usize);
         for (journal, all) in &written {
             let files = await_persisted(&root.path().join(journal), all.len() as i64 - 1).await;
+            fragments += files.len();
+            bytes += files.iter().map(|(_, b)| b.len()).sum::<usize>();
             assert!(
                 files.len() > 4,
                 "{journal}: expected many fragments, got {}",
@@ -226,6 +229,28 @@ async fn round_trip_every_codec_through_a_wiped_broker() {
                     );
                 }
             }
+        }
+        // Store metrics: one completed upload per fragment, its stored bytes, nothing
+        // queued or in flight once done, and a healthy store.
+        let want = [
+            ("courant_store_uploads_completed_total", fragments as f64),
+            ("courant_store_upload_bytes_total", bytes as f64),
+            ("courant_store_uploads_in_flight", 0.0),
+            ("courant_store_upload_queue_depth", 0.0),
+            ("courant_store_uploads_failed_total", 0.0),
+            ("courant_store_listing_errors_total", 0.0),
+            ("courant_store_healthy{store=\"file:///\"}", 1.0),
+        ];
+        let mut metrics = String::new();
+        for _ in 0..100 {
+            metrics = scrape_metrics(&broker).await;
+            if want.iter().all(|(k, v)| metric(&metrics, k) == Some(*v)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (k, v) in want {
+            assert_eq!(metric(&metrics, k), Some(v), "{k} in:\n{metrics}");
         }
         // Let the spool files of persisted fragments go, then wipe the broker's data.
         drop(ch);
@@ -269,6 +294,33 @@ async fn round_trip_every_codec_through_a_wiped_broker() {
         }
     })
     .await;
+}
+
+/// The broker's `/debug/metrics` text.
+async fn scrape_metrics(b: &Broker) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", b.port()))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /debug/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+/// The value of the sample `series` (name with labels, exactly as rendered).
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// Writes a raw fragment file into a file store as another tool would.
@@ -506,8 +558,10 @@ async fn scenario_12_append_offsets_against_a_listed_fragment() {
     .await;
 }
 
-/// Scenario 14 and FragmentStoreHealth: a journal whose first store cannot be used gets
-/// FRAGMENT_STORE_UNHEALTHY; the default file store is healthy and passes the delete probe.
+/// Scenario 14 and FragmentStoreHealth: a journal whose first store cannot be used (a
+/// `gs://` store with neither `GOOGLE_APPLICATION_CREDENTIALS` nor `STORAGE_EMULATOR_HOST`
+/// set) gets FRAGMENT_STORE_UNHEALTHY; the default file store is healthy and passes the
+/// delete probe.
 #[tokio::test]
 async fn scenario_14_unhealthy_store_gates_appends() {
     within(60, async {
@@ -531,7 +585,8 @@ async fn scenario_14_unhealthy_store_gates_appends() {
             r.store_health_error
         );
         assert!(
-            r.store_health_error.contains("not supported"),
+            r.store_health_error
+                .contains("gs:// stores need GOOGLE_APPLICATION_CREDENTIALS"),
             "{}",
             r.store_health_error
         );

@@ -70,6 +70,7 @@ impl Embedded {
             raft_term: 1,
             journals: decode_items(root, &keys),
             keys,
+            ..Default::default()
         });
         Ok(Embedded {
             root: root.to_string(),

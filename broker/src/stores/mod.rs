@@ -7,8 +7,9 @@
 //! * [`Store`]: the operations Gazette's stores have (`list`, `exists`, `put`, `get`,
 //!   `sign_get`, `delete`), on paths relative to the store URL's prefix after the URL's
 //!   `find`/`replace` rewriting. Implementations: [`file::FileStore`] (`file://`, rooted at
-//!   `--broker.file-root`) and [`object::ObjectStoreBackend`] (`s3://`, `azure://` through
-//!   the `object_store` crate). `gs://` and `azure-ad://` are not built: such a store fails
+//!   `--broker.file-root`), [`object::ObjectStoreBackend`] (`s3://`, `azure://` through
+//!   the `object_store` crate) and [`gcs::GcsStore`] (`gs://`, reqwest on the JSON API).
+//!   `azure-ad://` is not built: such a store fails
 //!   its construction, so it reports unhealthy and appends to journals that use it first
 //!   get `FRAGMENT_STORE_UNHEALTHY`.
 //! * [`ActiveStore`]: a constructed store (or its construction error), its rewriting
@@ -16,6 +17,7 @@
 //! * [`persist`]: the background uploader, listings and reads of persisted fragments.
 
 pub mod file;
+pub mod gcs;
 pub mod object;
 pub mod persist;
 
@@ -188,9 +190,10 @@ fn build(cfg: &StoresConfig, url: &str) -> Result<(StoreQueryArgs, Arc<dyn Store
         "file" => Arc::new(file::FileStore::new(&cfg.file_root, &parsed.path)),
         "s3" => Arc::new(object::ObjectStoreBackend::s3(&parsed, &args)?),
         "azure" => Arc::new(object::ObjectStoreBackend::azure(&parsed)?),
+        "gs" => Arc::new(gcs::GcsStore::new(&parsed)?),
         other => {
             return Err(format!(
-                "{other}:// fragment stores are not supported by this broker (supported: file, s3, azure)"
+                "{other}:// fragment stores are not supported by this broker (supported: file, s3, azure, gs)"
             ));
         }
     };
@@ -305,7 +308,7 @@ pub fn config_from(cfg: &crate::config::ServeConfig) -> StoresConfig {
     StoresConfig {
         file_root,
         file_only: cfg.file_only,
-        default_store: "file:///".into(),
+        default_store: cfg.default_store.clone(),
         max_uploads: cfg.max_uploads.max(1),
         staging_dir: cfg.data_dir.join("uploads"),
     }

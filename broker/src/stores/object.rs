@@ -12,7 +12,9 @@
 //! * `azure://container/prefix/`: account and key from `AZURE_ACCOUNT_NAME` /
 //!   `AZURE_ACCOUNT_KEY` (as Gazette); `AZURE_STORAGE_USE_EMULATOR=true` targets azurite
 //!   (its well-known account, `AZURITE_BLOB_STORAGE_URL` or `http://127.0.0.1:10000`).
-//!   Signed URLs are read-only SAS URLs.
+//!   Signed URLs are read-only Service SAS URLs (`sr=b`, `sp=r`), signed here rather than by
+//!   object_store, whose signature covers the percent-encoded blob path where Azure's
+//!   covers the decoded one (names with `%` or non-ASCII letters were refused).
 //!
 //! Uploads of up to [`SINGLE_PUT_MAX`] bytes are one PUT; larger ones are multipart in
 //! [`PART_SIZE`] parts with at most [`PARTS_IN_FLIGHT`] in flight, read from the staged file
@@ -36,7 +38,80 @@ pub const PARTS_IN_FLIGHT: usize = 2;
 
 enum Backend {
     S3(object_store::aws::AmazonS3),
-    Azure(object_store::azure::MicrosoftAzure),
+    Azure(object_store::azure::MicrosoftAzure, AzureSas),
+}
+
+/// azurite's well-known account and key.
+const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The `sv` of signed URLs (the version object_store 0.14 signs with).
+const SAS_VERSION: &str = "2023-11-03";
+
+/// Signs Azure Service SAS URLs itself. object_store 0.14 signs over the percent-encoded
+/// blob path, while Azure and azurite sign the decoded one, so its URLs of blobs with `%`
+/// or non-ASCII names are refused.
+struct AzureSas {
+    account: String,
+    key: Vec<u8>,
+    /// `https://<account>.blob.core.windows.net`, or azurite's `<url>/<account>`.
+    base: String,
+    container: String,
+}
+
+/// Escapes all but RFC 3986 unreserved characters and `/`.
+const SAS_PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+const SAS_QUERY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+impl AzureSas {
+    /// A read-only (`sp=r`) blob (`sr=b`) SAS URL of `blob`, valid from 15 minutes ago
+    /// (clock skew) until `ttl` from now. The string to sign uses the decoded canonicalized
+    /// resource `/blob/<account>/<container>/<blob>`.
+    fn sign(&self, blob: &str, ttl: Duration) -> StoreResult<String> {
+        use hmac::{KeyInit, Mac};
+        let now = chrono::Utc::now();
+        let fmt =
+            |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let start = fmt(now - chrono::Duration::minutes(15));
+        let expiry = fmt(now
+            + chrono::Duration::from_std(ttl)
+                .map_err(|e| StoreError::new(format!("SAS ttl {ttl:?}: {e}")))?);
+        let resource = format!("/blob/{}/{}/{blob}", self.account, self.container);
+        let to_sign = sas_string_to_sign(&start, &expiry, &resource);
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.key)
+            .map_err(|e| StoreError::new(format!("azure account key: {e}")))?;
+        mac.update(to_sign.as_bytes());
+        let sig = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            mac.finalize().into_bytes(),
+        );
+        let q = |v: &str| percent_encoding::utf8_percent_encode(v, SAS_QUERY).to_string();
+        Ok(format!(
+            "{}/{}/{}?sv={SAS_VERSION}&sp=r&st={}&se={}&sr=b&sig={}",
+            self.base,
+            self.container,
+            percent_encoding::utf8_percent_encode(blob, SAS_PATH),
+            q(&start),
+            q(&expiry),
+            q(&sig)
+        ))
+    }
+}
+
+/// The Service SAS string to sign (version 2020-12-06 and later) of a read-only blob SAS.
+fn sas_string_to_sign(start: &str, expiry: &str, resource: &str) -> String {
+    // sp, st, se, canonicalized resource, si, sip, spr, sv, sr, snapshot time, encryption
+    // scope, rscc, rscd, rsce, rscl, rsct.
+    format!("r\n{start}\n{expiry}\n{resource}\n\n\n\n{SAS_VERSION}\nb\n\n\n\n\n\n\n")
 }
 
 pub struct ObjectStoreBackend {
@@ -109,18 +184,33 @@ impl ObjectStoreBackend {
         let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
             .with_container_name(url.host.clone())
             .with_retry(retry());
+        let (account, key, base);
         if env("AZURE_STORAGE_USE_EMULATOR").is_some_and(|v| v == "true" || v == "1") {
             builder = builder.with_use_emulator(true).with_allow_http(true);
+            account = AZURITE_ACCOUNT.to_string();
+            key = AZURITE_KEY.to_string();
+            let emulator =
+                env("AZURITE_BLOB_STORAGE_URL").unwrap_or_else(|| "http://127.0.0.1:10000".into());
+            base = format!("{}/{account}", emulator.trim_end_matches('/'));
         } else {
-            let account = env("AZURE_ACCOUNT_NAME").ok_or("AZURE_ACCOUNT_NAME is not set")?;
-            let key = env("AZURE_ACCOUNT_KEY").ok_or("AZURE_ACCOUNT_KEY is not set")?;
-            builder = builder.with_account(account).with_access_key(key);
+            account = env("AZURE_ACCOUNT_NAME").ok_or("AZURE_ACCOUNT_NAME is not set")?;
+            key = env("AZURE_ACCOUNT_KEY").ok_or("AZURE_ACCOUNT_KEY is not set")?;
+            builder = builder.with_account(&account).with_access_key(&key);
+            base = format!("https://{account}.blob.core.windows.net");
         }
+        let key = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, key.trim())
+            .map_err(|e| format!("AZURE_ACCOUNT_KEY is not base64: {e}"))?;
         let azure = builder
             .build()
             .map_err(|e| format!("building azure store: {e}"))?;
+        let sas = AzureSas {
+            account,
+            key,
+            base,
+            container: url.host.clone(),
+        };
         Ok(ObjectStoreBackend {
-            backend: Backend::Azure(azure),
+            backend: Backend::Azure(azure, sas),
             prefix: url.path.trim_start_matches('/').to_string(),
             storage_class: None,
         })
@@ -129,7 +219,7 @@ impl ObjectStoreBackend {
     fn store(&self) -> &dyn ObjectStore {
         match &self.backend {
             Backend::S3(s) => s,
-            Backend::Azure(a) => a,
+            Backend::Azure(a, _) => a,
         }
     }
 
@@ -267,11 +357,14 @@ impl Store for ObjectStoreBackend {
     fn sign_get<'a>(&'a self, path: &'a str, ttl: Duration) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let key = self.key(path)?;
-            let url = match &self.backend {
-                Backend::S3(s) => s.signed_url(http::Method::GET, &key, ttl).await,
-                Backend::Azure(a) => a.signed_url(http::Method::GET, &key, ttl).await,
-            };
-            url.map(|u| u.to_string()).map_err(os_err)
+            match &self.backend {
+                Backend::S3(s) => s
+                    .signed_url(http::Method::GET, &key, ttl)
+                    .await
+                    .map(|u| u.to_string())
+                    .map_err(os_err),
+                Backend::Azure(_, sas) => sas.sign(key.as_ref(), ttl),
+            }
         })
     }
 
@@ -300,7 +393,11 @@ impl ObjectStoreBackend {
 }
 
 /// Reads `len` bytes at `pos` of a staged file on the blocking pool.
-async fn read_part(file: std::path::PathBuf, pos: u64, len: usize) -> StoreResult<Bytes> {
+pub(crate) async fn read_part(
+    file: std::path::PathBuf,
+    pos: u64,
+    len: usize,
+) -> StoreResult<Bytes> {
     tokio::task::spawn_blocking(move || {
         use std::os::unix::fs::FileExt;
         let f = std::fs::File::open(&file)

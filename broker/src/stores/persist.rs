@@ -27,6 +27,7 @@
 
 use super::{ActiveStore, Health, ObjectBody, PutSource, StoreError, StoresConfig};
 use crate::keyspace::Snapshot;
+use crate::metrics::stores as metrics;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use protocol::{CompressionCodec, Fragment};
@@ -35,9 +36,27 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
+
+/// A gauge held up by one for as long as the guard lives (also when its future is
+/// dropped, e.g. by a timeout).
+struct Gauge(&'static AtomicI64);
+
+impl Gauge {
+    fn inc(g: &'static AtomicI64) -> Gauge {
+        g.fetch_add(1, Relaxed);
+        Gauge(g)
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
 
 /// Depth of the control thread's inbox of store requests.
 pub const STORE_INBOX_DEPTH: usize = 1024;
@@ -195,10 +214,12 @@ impl CoreStores {
             .as_ref()
             .map(|f| f.stores.clone())
             .unwrap_or_default();
-        if stores.is_empty() {
-            vec![self.default_store.clone()]
-        } else {
+        if !stores.is_empty() {
             stores
+        } else if self.default_store.is_empty() {
+            Vec::new() // Gazette's behaviour: a journal without stores is never persisted.
+        } else {
+            vec![self.default_store.clone()]
         }
     }
 
@@ -312,6 +333,7 @@ impl Service {
             return active.clone();
         }
         let active = Arc::new(ActiveStore::new(&self.cfg, url));
+        metrics::health(url).store(0, Relaxed);
         if let Err(e) = &active.store {
             tracing::warn!(store = url, error = %e, "fragment store cannot be used");
         } else {
@@ -323,20 +345,20 @@ impl Service {
     }
 
     async fn list(&self, journal: &str, stores: Vec<String>) -> Result<Vec<Fragment>, String> {
-        let stores = if stores.is_empty() {
-            vec![self.cfg.default_store.clone()]
-        } else {
+        let stores = if !stores.is_empty() || self.cfg.default_store.is_empty() {
             stores
+        } else {
+            vec![self.cfg.default_store.clone()]
         };
         let mut out = Vec::new();
         for url in stores {
             let active = self.active(&url);
             let store = active.get().map_err(|e| e.message)?;
             let prefix = active.rewrite(&storage::naming::journal_prefix(journal));
-            let objects = store
-                .list(&prefix)
-                .await
-                .map_err(|e| format!("listing {url}: {e}"))?;
+            let objects = store.list(&prefix).await.map_err(|e| {
+                metrics::LISTING_ERRORS.fetch_add(1, Relaxed);
+                format!("listing {url}: {e}")
+            })?;
             for object in objects {
                 match storage::naming::parse_relative_path(journal, &object.path) {
                     Ok(mut fragment) => {
@@ -376,12 +398,19 @@ impl Service {
                 .as_ref()
                 .and_then(|f| f.stores.first().cloned())
                 .unwrap_or_else(|| self.cfg.default_store.clone());
+            if url.is_empty() {
+                // No stores and no default store: the fragment stays local, as in Gazette.
+                return PersistOutcome::Dropped;
+            }
             let attempt = async {
+                let queued = Gauge::inc(&metrics::UPLOAD_QUEUE);
                 let _permit = self
                     .uploads
                     .acquire()
                     .await
                     .expect("semaphore never closed");
+                drop(queued);
+                let _in_flight = Gauge::inc(&metrics::UPLOADS_IN_FLIGHT);
                 self.persist_once(&job, &url, &spec, first_append).await
             };
             // Gazette's generous timeout against wedged uploads.
@@ -389,8 +418,12 @@ impl Service {
                 .await
                 .unwrap_or_else(|_| Err(StoreError::new("upload timed out after 5 minutes")));
             match outcome {
-                Ok(fragment) => return PersistOutcome::Persisted(fragment),
+                Ok(fragment) => {
+                    metrics::UPLOADS_COMPLETED.fetch_add(1, Relaxed);
+                    return PersistOutcome::Persisted(fragment);
+                }
                 Err(e) => {
+                    metrics::UPLOADS_FAILED.fetch_add(1, Relaxed);
                     tracing::warn!(journal = %job.fragment.journal, begin = job.fragment.begin, end = job.fragment.end, store = %url, error = %e, retry_in = ?backoff, "failed to persist fragment (will retry)");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(60));
@@ -435,6 +468,7 @@ impl Service {
             let _ = std::fs::remove_file(&staged.path);
         }
         put?;
+        metrics::UPLOAD_BYTES.fetch_add(staged.len, Relaxed);
         let mod_time = store
             .exists(&path)
             .await?
@@ -615,6 +649,7 @@ async fn check_loop(active: Arc<ActiveStore>) {
         }
         let delay = super::next_check_delay(ok, failed);
         failed = if ok { 0 } else { failed + 1 };
+        metrics::health(&active.url).store(u8::from(ok), Relaxed);
         active.health.send_modify(|h| {
             h.checks += 1;
             h.error = result.err().map(|e| e.message);

@@ -1,0 +1,420 @@
+//! The etcd keyspace (`--etcd.address`): Gazette's layout under `--etcd.prefix`, mirrored
+//! into [`Snapshot`]s, through `etcd-client`.
+//!
+//! Lives on: the control thread (tokio). Start-up ([`Etcd::connect`]) follows Gazette's
+//! broker: grant a lease of `--etcd.lease`, announce this broker's `BrokerSpec` under
+//! `<root>/members/<zone>#<suffix>` with a create-if-absent txn (retrying every 10 s while
+//! another lease holds the key), then load the whole prefix at the announce revision.
+//! [`Etcd::serve`] then watches the prefix from revision + 1, keeps the lease alive, runs
+//! transactions for cores and revokes the lease at the shutdown's closing stage.
+//!
+//! Revision rule (spec §11 item 3, Gazette's `keyspace.KeySpace`): the snapshot's
+//! `revision` is the load revision at start, then the ModRevision of the last applied watch
+//! event under the prefix. Progress notifications advance only the resume revision of the
+//! watch, never the snapshot. `cluster_id`, `member_id` and `raft_term` come from etcd's
+//! response headers.
+//!
+//! Not yet as in Gazette: watch responses are applied at once (Gazette batches them over
+//! `--broker.watch-delay`, 30 ms), and each applied response clones the key map.
+
+use super::{
+    Compare, KeyValue, Op, Snapshot, TxnOutcome, decode_assignments, decode_items, decode_members,
+};
+use crate::control::ControlMsg;
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare as EtcdCompare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
+    Txn, TxnOp, TxnOpResponse, WatchOptions, WatchResponse, WatchStream,
+};
+use protocol::BrokerSpec;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How to reach etcd and what to announce.
+pub struct Config {
+    pub address: String,
+    /// `--etcd.prefix`, e.g. `/gazette/cluster`.
+    pub root: String,
+    pub lease_ttl: Duration,
+    /// This broker's announcement (process spec with endpoint, journal limit).
+    pub member: BrokerSpec,
+}
+
+pub struct Etcd {
+    client: Client,
+    root: String,
+    lease: i64,
+    lease_ttl: Duration,
+    snapshot: Arc<Snapshot>,
+    /// Where a restarted watch resumes: past the last event or progress notification.
+    resume: i64,
+}
+
+/// How often Gazette's etcd session renews its lease: a third of the TTL.
+fn keep_alive_interval(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(200))
+}
+
+fn err(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
+    move |e| format!("etcd {what}: {e}")
+}
+
+impl Etcd {
+    /// Connects, grants the lease, announces this broker and loads the keyspace.
+    pub async fn connect(cfg: &Config) -> Result<Etcd, String> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_require_leader(true);
+        let mut client = Client::connect([cfg.address.as_str()], Some(opts))
+            .await
+            .map_err(|e| format!("connecting to etcd at {}: {e}", cfg.address))?;
+        let ttl = cfg.lease_ttl.as_secs().max(1) as i64;
+        let lease = client
+            .lease_grant(ttl, None)
+            .await
+            .map_err(|e| format!("etcd lease grant at {}: {e}", cfg.address))?
+            .id();
+        let id = cfg
+            .member
+            .process_spec
+            .as_ref()
+            .and_then(|p| p.id.clone())
+            .unwrap_or_default();
+        let key = super::member_key(&cfg.root, &id.zone, &id.suffix);
+        let value = prost::Message::encode_to_vec(&cfg.member);
+
+        // Announce: create the member key under our lease only if it is absent (Gazette's
+        // allocator.Announce). A key held by another lease is a previous process of this
+        // broker (or a duplicate ID): wait for its lease to expire.
+        let announce_rev = loop {
+            let txn = Txn::new()
+                .when([EtcdCompare::create_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    value.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let resp = client.txn(txn).await.map_err(err("announce txn"))?;
+            let rev = resp.header().map_or(0, |h| h.revision());
+            if resp.succeeded() {
+                break rev;
+            }
+            let holder = resp.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.lease()),
+                _ => None,
+            });
+            if holder == Some(lease) {
+                break rev;
+            }
+            tracing::warn!(%key, ?holder, "member key is held by another lease; retrying in 10s");
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        };
+
+        let resp = client
+            .get(
+                cfg.root.clone(),
+                Some(GetOptions::new().with_prefix().with_revision(announce_rev)),
+            )
+            .await
+            .map_err(err("load"))?;
+        let header = resp.header().ok_or("etcd load: response without header")?;
+        let mut keys = BTreeMap::new();
+        for kv in resp.kvs() {
+            let Ok(name) = kv.key_str() else {
+                tracing::warn!(key = ?kv.key(), "skipping a non-UTF-8 etcd key");
+                continue;
+            };
+            keys.insert(
+                name.to_string(),
+                KeyValue {
+                    value: Bytes::copy_from_slice(kv.value()),
+                    create_revision: kv.create_revision(),
+                    mod_revision: kv.mod_revision(),
+                },
+            );
+        }
+        let snapshot = build(
+            &cfg.root,
+            keys,
+            announce_rev,
+            header.cluster_id(),
+            header.member_id(),
+            header.raft_term(),
+        );
+        tracing::info!(
+            %key, lease, revision = announce_rev, keys = snapshot.keys.len(),
+            "announced to etcd and loaded the keyspace"
+        );
+        Ok(Etcd {
+            client,
+            root: cfg.root.clone(),
+            lease,
+            lease_ttl: cfg.lease_ttl,
+            resume: announce_rev + 1,
+            snapshot: Arc::new(snapshot),
+        })
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.clone()
+    }
+
+    /// Applies `ops` if every compare (ModRevision equality, 0 = absent) holds. The outcome's
+    /// revision is etcd's after the txn when it changed a key, else the snapshot's.
+    pub async fn txn(&mut self, compares: &[Compare], ops: &[Op]) -> Result<TxnOutcome, String> {
+        let cmps: Vec<EtcdCompare> = compares
+            .iter()
+            .map(|c| EtcdCompare::mod_revision(c.key.clone(), CompareOp::Equal, c.mod_revision))
+            .collect();
+        let txn_ops: Vec<TxnOp> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => TxnOp::put(key.clone(), value.to_vec(), None),
+                Op::Delete { key } => TxnOp::delete(key.clone(), None),
+            })
+            .collect();
+        let resp = self
+            .client
+            .txn(Txn::new().when(cmps).and_then(txn_ops))
+            .await
+            .map_err(err("txn"))?;
+        let changed = resp.succeeded()
+            && resp.op_responses().iter().any(|op| match op {
+                TxnOpResponse::Put(_) => true,
+                TxnOpResponse::Delete(d) => d.deleted() > 0,
+                _ => false,
+            });
+        let revision = if changed {
+            resp.header()
+                .map_or(self.snapshot.revision, |h| h.revision())
+        } else {
+            self.snapshot.revision
+        };
+        Ok(TxnOutcome {
+            succeeded: resp.succeeded(),
+            revision,
+        })
+    }
+
+    async fn watch(&mut self) -> Result<WatchStream, String> {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(self.resume)
+            .with_progress_notify();
+        self.client
+            .watch(self.root.clone(), Some(opts))
+            .await
+            .map_err(err("watch"))
+    }
+
+    /// Applies one watch response. Returns whether the snapshot changed.
+    fn apply(&mut self, resp: &WatchResponse) -> Result<bool, String> {
+        if resp.canceled() {
+            return Err(format!(
+                "etcd cancelled the keyspace watch (compact revision {}): {}",
+                resp.compact_revision(),
+                resp.cancel_reason()
+            ));
+        }
+        let events = resp.events();
+        let Some(header) = resp.header() else {
+            return Ok(false);
+        };
+        if header.cluster_id() != self.snapshot.cluster_id {
+            return Err(format!(
+                "etcd cluster id changed ({} vs {})",
+                header.cluster_id(),
+                self.snapshot.cluster_id
+            ));
+        }
+        if events.is_empty() {
+            // A progress notification (or the watch's creation): resume past it, but the
+            // keyspace revision does not move.
+            if !resp.created() {
+                self.resume = self.resume.max(header.revision() + 1);
+            }
+            return Ok(false);
+        }
+        let cur = &self.snapshot;
+        let mut keys = cur.keys.clone();
+        let mut last = cur.revision;
+        for event in events {
+            let Some(kv) = event.kv() else { continue };
+            if kv.mod_revision() <= cur.revision {
+                return Err(format!(
+                    "etcd watch event at ModRevision {} is not past the keyspace revision {}",
+                    kv.mod_revision(),
+                    cur.revision
+                ));
+            }
+            last = last.max(kv.mod_revision());
+            let Ok(name) = kv.key_str() else { continue };
+            match event.event_type() {
+                EventType::Put => {
+                    keys.insert(
+                        name.to_string(),
+                        KeyValue {
+                            value: Bytes::copy_from_slice(kv.value()),
+                            create_revision: kv.create_revision(),
+                            mod_revision: kv.mod_revision(),
+                        },
+                    );
+                }
+                EventType::Delete => {
+                    keys.remove(name);
+                }
+            }
+        }
+        self.resume = last + 1;
+        self.snapshot = Arc::new(build(
+            &self.root,
+            keys,
+            last,
+            cur.cluster_id,
+            header.member_id(),
+            header.raft_term(),
+        ));
+        Ok(true)
+    }
+
+    /// The control loop in etcd mode: transactions from cores, the watch, the lease.
+    /// A successful transaction is answered once the watch has applied its revision, so
+    /// the requester's core can already see its own change (as in the embedded mode).
+    pub async fn serve(
+        mut self,
+        rx: flume::Receiver<ControlMsg>,
+        watch_tx: watch::Sender<Arc<Snapshot>>,
+    ) {
+        type Reply = flume::Sender<Result<TxnOutcome, String>>;
+        let mut pending: Vec<(TxnOutcome, Reply)> = Vec::new();
+        let mut stream: Option<WatchStream> = None;
+        let mut attempt = 0u32;
+        let (mut keeper, mut keep_alive) = match self.client.lease_keep_alive(self.lease).await {
+            Ok(pair) => pair,
+            Err(e) => fatal(&format!("etcd lease keep-alive: {e}")),
+        };
+        let mut tick = tokio::time::interval(keep_alive_interval(self.lease_ttl));
+        let mut stage = crate::shutdown::subscribe();
+        let mut revoked = false;
+
+        loop {
+            if stream.is_none() {
+                if attempt > 0 {
+                    let backoff = Duration::from_millis(50 * 2u64.pow(attempt.min(6)));
+                    tokio::time::sleep(backoff).await;
+                }
+                attempt += 1;
+                match self.watch().await {
+                    Ok(s) => stream = Some(s),
+                    Err(e) => {
+                        tracing::warn!(%e, attempt, "etcd watch failed (will retry)");
+                        continue;
+                    }
+                }
+            }
+            let watching = stream.as_mut().expect("a watch stream");
+            tokio::select! {
+                msg = rx.recv_async() => match msg {
+                    Ok(ControlMsg::Txn { compares, ops, reply }) => {
+                        let out = self.txn(&compares, &ops).await;
+                        match out {
+                            Ok(o) if o.succeeded && o.revision > self.snapshot.revision => {
+                                pending.push((o, reply));
+                            }
+                            _ => {
+                                let _ = reply.send(out);
+                            }
+                        }
+                    }
+                    Err(_) => return,
+                },
+                resp = watching.message() => match resp {
+                    Ok(Some(resp)) => match self.apply(&resp) {
+                        Ok(true) => {
+                            attempt = 0;
+                            watch_tx.send_replace(self.snapshot());
+                            let rev = self.snapshot.revision;
+                            for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
+                                let _ = reply.send(Ok(o));
+                            }
+                        }
+                        Ok(false) => {}
+                        Err(e) => fatal(&e),
+                    },
+                    Ok(None) => {
+                        tracing::warn!(attempt, "etcd watch stream ended (will restart)");
+                        stream = None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%e, attempt, "etcd watch stream failed (will restart)");
+                        stream = None;
+                    }
+                },
+                _ = tick.tick(), if !revoked => {
+                    if let Err(e) = keeper.keep_alive().await {
+                        tracing::warn!(%e, "etcd lease keep-alive failed");
+                    }
+                }
+                ka = keep_alive.message(), if !revoked => match ka {
+                    Ok(Some(resp)) if resp.ttl() <= 0 => {
+                        fatal(&format!("etcd lease {:x} expired", self.lease));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => {
+                        tracing::warn!("etcd lease keep-alive stream ended; reopening");
+                        match self.client.lease_keep_alive(self.lease).await {
+                            Ok(pair) => (keeper, keep_alive) = pair,
+                            Err(e) => tracing::warn!(%e, "reopening the etcd lease keep-alive"),
+                        }
+                    }
+                },
+                _ = crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing), if !revoked => {
+                    // Revoking deletes our member key (and any assignment under our lease).
+                    revoked = true;
+                    let revoke = self.client.lease_revoke(self.lease);
+                    match tokio::time::timeout(Duration::from_millis(250), revoke).await {
+                        Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
+                        Ok(Err(e)) => tracing::warn!(%e, "revoking the etcd lease"),
+                        Err(_) => tracing::warn!("revoking the etcd lease timed out"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Losing the lease or the keyspace's consistency ends the process, as in Gazette.
+fn fatal(msg: &str) -> ! {
+    tracing::error!(%msg, "etcd keyspace failed");
+    eprintln!("courant: {msg}");
+    std::process::exit(1)
+}
+
+fn build(
+    root: &str,
+    keys: BTreeMap<String, KeyValue>,
+    revision: i64,
+    cluster_id: u64,
+    member_id: u64,
+    raft_term: u64,
+) -> Snapshot {
+    Snapshot {
+        revision,
+        cluster_id,
+        member_id,
+        raft_term,
+        journals: decode_items(root, &keys),
+        members: decode_members(root, &keys),
+        assignments: decode_assignments(root, &keys),
+        cluster: true,
+        keys,
+    }
+}

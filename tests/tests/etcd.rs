@@ -1,0 +1,320 @@
+//! Cluster mode against a real etcd (`--etcd.address`): the member announcement, Apply and
+//! List through etcd, Routes from assignment keys, the keyspace revision rule, and the
+//! statuses for journals assigned elsewhere. Needs `COURANT_TEST_ETCD` (an etcd client URL,
+//! set by `.ci/steps/50-etcd.sh`); skipped with a printed reason otherwise.
+//!
+//! The test talks to etcd through its JSON gateway (`/v3/kv/*`, etcd ≥ 3.4) over plain
+//! HTTP/1.1, so neither etcdctl nor an etcd client crate is needed here.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use courant_tests::*;
+use prost::Message;
+use protocol::process_spec::Id;
+use protocol::{AppendRequest, BrokerSpec, ProcessSpec, ReadRequest, ReadResponse, Status};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ZONE: &str = "zone-a";
+const SUFFIX: &str = "courant-etcd-test";
+
+fn etcd_url() -> Option<String> {
+    match std::env::var("COURANT_TEST_ETCD") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "skipping: COURANT_TEST_ETCD is not set (run .ci/steps/50-etcd.sh, which starts etcd)"
+            );
+            None
+        }
+    }
+}
+
+/// A prefix of its own for every test run, so runs never see each other's keys.
+fn unique_prefix(name: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "/courant-test/{name}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One POST to etcd's JSON gateway.
+async fn etcd_post(url: &str, path: &str, body: Value) -> Value {
+    let hostport = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let body = body.to_string();
+    let mut sock = tokio::net::TcpStream::connect(&hostport)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to etcd at {hostport}: {e}"));
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    sock.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, rest) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "etcd {path}: {text}");
+    // The gateway may answer chunked: take the JSON object between the outer braces.
+    let start = rest.find('{').expect("a JSON body");
+    let end = rest.rfind('}').expect("a JSON body");
+    serde_json::from_str(&rest[start..=end]).unwrap_or_else(|e| panic!("etcd {path}: {e}: {rest}"))
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap(),
+        Value::Number(n) => n.as_i64().unwrap(),
+        _ => 0,
+    }
+}
+
+/// Puts `key` (no lease); returns etcd's revision after the put.
+async fn etcd_put(url: &str, key: &str, value: &[u8]) -> i64 {
+    let resp = etcd_post(
+        url,
+        "/v3/kv/put",
+        json!({"key": B64.encode(key), "value": B64.encode(value)}),
+    )
+    .await;
+    int(&resp["header"]["revision"])
+}
+
+/// A key's (value, mod_revision, lease), if it exists.
+async fn etcd_get(url: &str, key: &str) -> Option<(Vec<u8>, i64, i64)> {
+    let resp = etcd_post(url, "/v3/kv/range", json!({"key": B64.encode(key)})).await;
+    let kv = resp["kvs"].as_array()?.first()?.clone();
+    let value = kv["value"]
+        .as_str()
+        .map(|v| B64.decode(v).unwrap())
+        .unwrap_or_default();
+    Some((value, int(&kv["mod_revision"]), int(&kv["lease"])))
+}
+
+fn broker_spec(zone: &str, suffix: &str, endpoint: &str) -> BrokerSpec {
+    BrokerSpec {
+        process_spec: Some(ProcessSpec {
+            id: Some(Id {
+                zone: zone.into(),
+                suffix: suffix.into(),
+            }),
+            endpoint: endpoint.into(),
+        }),
+        journal_limit: 10,
+        exiting: false,
+    }
+}
+
+fn me() -> Id {
+    Id {
+        zone: ZONE.into(),
+        suffix: SUFFIX.into(),
+    }
+}
+
+async fn append_at(ch: &Channel, journal: &str, data: &[u8], min_rev: i64) -> AppendResponse {
+    append_full(
+        ch,
+        AppendRequest {
+            journal: journal.into(),
+            min_etcd_revision: min_rev,
+            ..Default::default()
+        },
+        &[Bytes::copy_from_slice(data)],
+        true,
+    )
+    .await
+    .result
+    .unwrap_or_else(|e| panic!("Append to {journal}: {e}"))
+}
+
+use protocol::AppendResponse;
+use protocol::grpc::Channel;
+
+/// The first ReadResponse of a non-blocking read at offset 0.
+async fn read_first(ch: &Channel, journal: &str) -> ReadResponse {
+    let req = ReadRequest {
+        journal: journal.into(),
+        offset: 0,
+        block: false,
+        ..Default::default()
+    };
+    let mut call = read_stream(ch, &req)
+        .await
+        .unwrap_or_else(|e| panic!("Read {journal}: {e}"));
+    call.next::<ReadResponse>()
+        .await
+        .unwrap_or_else(|e| panic!("Read {journal}: {e}"))
+        .expect("a first ReadResponse")
+}
+
+#[tokio::test]
+async fn etcd_member_apply_assign_append_read() {
+    let Some(url) = etcd_url() else { return };
+    let prefix = unique_prefix("basic");
+    let mut broker = Broker::start(&[
+        "--etcd.address",
+        &url,
+        "--etcd.prefix",
+        &prefix,
+        "--etcd.lease",
+        "2s",
+        "--broker.zone",
+        ZONE,
+        "--broker.id",
+        SUFFIX,
+        "--broker.limit",
+        "77",
+    ])
+    .await;
+    let ch = broker.connect().await;
+
+    // 1. The member key: our BrokerSpec, under a lease.
+    let member_key = format!("{prefix}/members/{ZONE}#{SUFFIX}");
+    let (value, _, lease) = etcd_get(&url, &member_key)
+        .await
+        .unwrap_or_else(|| panic!("no member key {member_key}\n{}", broker.stderr()));
+    let spec = BrokerSpec::decode(&value[..]).expect("a binary BrokerSpec");
+    assert_eq!(spec, {
+        let mut want = broker_spec(ZONE, SUFFIX, &broker.endpoint());
+        want.journal_limit = 77;
+        want
+    });
+    assert_ne!(lease, 0, "the member key is held by the broker's lease");
+
+    // 2. Apply writes <root>/items/<name>; List reads it back.
+    let apply_rev = create_journals(&ch, &["etcd/aa", "etcd/bb", "etcd/cc"]).await;
+    let (item, item_rev, _) = etcd_get(&url, &format!("{prefix}/items/etcd/aa"))
+        .await
+        .expect("the item key");
+    assert_eq!(item_rev, apply_rev, "the Apply's revision is the item's");
+    assert_eq!(
+        protocol::JournalSpec::decode(&item[..]).unwrap().name,
+        "etcd/aa"
+    );
+    let listed = list_journals(&ch, selector(&[], &[])).await;
+    let names: Vec<_> = listed
+        .iter()
+        .map(|j| j.spec.as_ref().unwrap().name.as_str())
+        .collect();
+    assert_eq!(names, ["etcd/aa", "etcd/bb", "etcd/cc"]);
+    assert_eq!(listed[0].mod_revision, apply_rev);
+    // Not assigned yet: no route, and appends find no primary.
+    assert!(listed[0].route.as_ref().unwrap().members.is_empty());
+    let resp = append_at(&ch, "etcd/aa", b"x", 0).await;
+    assert_status(resp.status, Status::NoJournalPrimaryBroker, "unassigned");
+
+    // 3. Assigned to us (slot 0): Append and Read work, and the header's revision is the
+    // keyspace's (the ModRevision of the last change under the prefix).
+    let assign_rev = etcd_put(
+        &url,
+        &format!("{prefix}/assign/etcd/aa#{ZONE}#{SUFFIX}#0"),
+        b"",
+    )
+    .await;
+    let resp = append_at(&ch, "etcd/aa", b"hello etcd", assign_rev).await;
+    assert_status(resp.status, Status::Ok, "append to an assigned journal");
+    let h = resp.header.clone().unwrap();
+    assert_eq!(h.etcd.unwrap().revision, assign_rev);
+    assert_ne!(h.etcd.unwrap().cluster_id, 0);
+    assert_ne!(h.etcd.unwrap().member_id, 0);
+    assert_ne!(h.etcd.unwrap().raft_term, 0);
+    let route = h.route.unwrap();
+    assert_eq!(route.members, [me()]);
+    assert_eq!(route.primary, 0);
+    assert_eq!(route.endpoints, [broker.endpoint()]);
+    assert_eq!(h.process_id, Some(me()));
+    let (data, _) = read_all(&ch, "etcd/aa", 0).await;
+    assert_eq!(data, b"hello etcd");
+
+    // A change outside the prefix moves etcd's revision, not the keyspace's. (A key that
+    // merely extends the prefix string, like `{prefix}-x`, is inside it, for Gazette too.)
+    let outside = etcd_put(&url, &unique_prefix("outside"), b"1").await;
+    assert!(outside > assign_rev);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let resp = append_at(&ch, "etcd/aa", b"!", 0).await;
+    assert_status(resp.status, Status::Ok, "second append");
+    assert_eq!(resp.header.unwrap().etcd.unwrap().revision, assign_rev);
+
+    // 4. Assigned to another broker as primary (we are a replica of etcd/bb; etcd/cc is not ours).
+    let other = Id {
+        zone: "zone-b".into(),
+        suffix: "fake-broker".into(),
+    };
+    let other_endpoint = "http://127.0.0.1:9";
+    etcd_put(
+        &url,
+        &format!("{prefix}/members/zone-b#fake-broker"),
+        &broker_spec("zone-b", "fake-broker", other_endpoint).encode_to_vec(),
+    )
+    .await;
+    etcd_put(
+        &url,
+        &format!("{prefix}/assign/etcd/bb#zone-b#fake-broker#0"),
+        b"",
+    )
+    .await;
+    etcd_put(
+        &url,
+        &format!("{prefix}/assign/etcd/bb#{ZONE}#{SUFFIX}#1"),
+        b"",
+    )
+    .await;
+    let last = etcd_put(
+        &url,
+        &format!("{prefix}/assign/etcd/cc#zone-b#fake-broker#0"),
+        b"",
+    )
+    .await;
+
+    let resp = append_at(&ch, "etcd/bb", b"x", last).await;
+    assert_status(
+        resp.status,
+        Status::NotJournalPrimaryBroker,
+        "append where another broker is primary",
+    );
+    let h = resp.header.unwrap();
+    assert_eq!(h.process_id, Some(me()), "the author of the error is us");
+    assert_eq!(h.etcd.unwrap().revision, last);
+    let route = h.route.unwrap();
+    assert_eq!(route.members, [me(), other.clone()]);
+    assert_eq!(route.primary, 1);
+    assert_eq!(
+        route.endpoints,
+        [broker.endpoint(), other_endpoint.to_string()]
+    );
+
+    // Reads: served where we are a member, NOT_JOURNAL_BROKER where we are not.
+    let first = read_first(&ch, "etcd/bb").await;
+    assert_ne!(first.status, Status::NotJournalBroker as i32, "{first:?}");
+    let first = read_first(&ch, "etcd/cc").await;
+    assert_status(first.status, Status::NotJournalBroker, "read of etcd/cc");
+    let route = first.header.unwrap().route.unwrap();
+    assert_eq!(route.members, [other]);
+    assert_eq!(route.primary, 0);
+
+    // 5. The lease is kept alive: well past its 2 s TTL the member key is still there.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let (_, _, still) = etcd_get(&url, &member_key)
+        .await
+        .unwrap_or_else(|| panic!("the member key expired\n{}", broker.stderr()));
+    assert_eq!(still, lease);
+
+    // 6. A graceful shutdown revokes the lease: the member key goes away.
+    assert!(broker.terminate(15).await, "broker exits on SIGTERM");
+    assert!(
+        etcd_get(&url, &member_key).await.is_none(),
+        "the member key is deleted with the broker's lease"
+    );
+}
