@@ -944,6 +944,59 @@ async fn s3_corrupt_objects_fail_reads_not_the_broker() {
     .await;
 }
 
+/// Appends two codecs' worth of fragments to journals `<name>/<ext>` in `store`, waits for
+/// them to persist, wipes the broker and starts a fresh one, then checks the listing tiles
+/// the journal, every object (fetched by its URL, which `check_url` vets) decodes to the
+/// bytes appended, and every byte reads back through the broker.
+async fn round_trip_two_codecs(store: &str, name: &str, check_url: impl Fn(&str)) {
+    const LENGTH: usize = 256 << 10;
+    let mut broker = Broker::start(&["--log.level=info"]).await;
+    let ch = broker.connect().await;
+    let codecs = [CODECS[0], CODECS[2]];
+    let specs: Vec<JournalSpec> = codecs
+        .iter()
+        .map(|(codec, ext)| codec_spec(&format!("{name}/{ext}"), *codec, store, LENGTH as i64))
+        .collect();
+    apply_specs(&ch, &specs).await;
+    let mut written = Vec::new();
+    for (i, (_, ext)) in codecs.iter().enumerate() {
+        let journal = format!("{name}/{ext}");
+        let all = append_and_roll(
+            &ch,
+            &journal,
+            data(2 << 20, i as u32 + 40),
+            64 << 10,
+            LENGTH,
+        )
+        .await;
+        written.push((journal, all));
+    }
+    for (journal, all) in &written {
+        await_persisted(&ch, journal, all.len() as i64 - 1, 180).await;
+    }
+    drop(ch);
+    wipe_and_restart(&mut broker).await;
+    let ch = broker.connect().await;
+    apply_specs(&ch, &specs).await;
+    for (journal, all) in &written {
+        let persisted = all.len() - 1;
+        let resp = list_fragments(&ch, journal).await;
+        let frags = check_tiling(journal, &resp, store, all, persisted as i64);
+        assert!(frags.len() >= 5, "{journal}: {} fragments", frags.len());
+        for (f, url) in &frags {
+            check_url(url);
+            let (raw, _) = fetch(url).await;
+            assert!(
+                decode(f.compression_codec, &raw) == all[f.begin as usize..f.end as usize],
+                "{journal}: object of [{}, {}) decodes to other content",
+                f.begin,
+                f.end
+            );
+        }
+        read_back(&ch, journal, all, persisted).await;
+    }
+}
+
 /// Round trip through azurite (Azure Blob): two codecs, a wiped broker, SAS URLs fetched
 /// by plain HTTP.
 #[tokio::test]
@@ -959,57 +1012,13 @@ async fn azure_round_trip_through_a_wiped_broker() {
         Some("true"),
         "the Azure test runs against azurite only"
     );
-    within(300, async {
-        const LENGTH: usize = 256 << 10;
-        let store = format!("azure://{container}/{}", unique_prefix("azure"));
-        let mut broker = Broker::start(&["--log.level=info"]).await;
-        let ch = broker.connect().await;
-        let codecs = [CODECS[0], CODECS[2]];
-        let specs: Vec<JournalSpec> = codecs
-            .iter()
-            .map(|(codec, ext)| {
-                codec_spec(&format!("az/trip/{ext}"), *codec, &store, LENGTH as i64)
-            })
-            .collect();
-        apply_specs(&ch, &specs).await;
-        let mut written = Vec::new();
-        for (i, (_, ext)) in codecs.iter().enumerate() {
-            let journal = format!("az/trip/{ext}");
-            let all = append_and_roll(
-                &ch,
-                &journal,
-                data(2 << 20, i as u32 + 40),
-                64 << 10,
-                LENGTH,
-            )
-            .await;
-            written.push((journal, all));
-        }
-        for (journal, all) in &written {
-            await_persisted(&ch, journal, all.len() as i64 - 1, 180).await;
-        }
-        drop(ch);
-        wipe_and_restart(&mut broker).await;
-        let ch = broker.connect().await;
-        apply_specs(&ch, &specs).await;
-        for (journal, all) in &written {
-            let persisted = all.len() - 1;
-            let resp = list_fragments(&ch, journal).await;
-            let frags = check_tiling(journal, &resp, &store, all, persisted as i64);
-            assert!(frags.len() >= 5, "{journal}: {} fragments", frags.len());
-            for (f, url) in &frags {
-                assert!(url.contains("sig="), "a SAS URL: {url}");
-                let (raw, _) = fetch(url).await;
-                assert!(
-                    decode(f.compression_codec, &raw) == all[f.begin as usize..f.end as usize],
-                    "{journal}: object of [{}, {}) decodes to other content",
-                    f.begin,
-                    f.end
-                );
-            }
-            read_back(&ch, journal, all, persisted).await;
-        }
-    })
+    let store = format!("azure://{container}/{}", unique_prefix("azure"));
+    within(
+        300,
+        round_trip_two_codecs(&store, "az/trip", |url| {
+            assert!(url.contains("sig="), "a SAS URL: {url}");
+        }),
+    )
     .await;
 }
 
@@ -1024,61 +1033,16 @@ async fn gcs_round_trip_through_a_wiped_broker() {
         return;
     };
     let emulator = var("STORAGE_EMULATOR_HOST").expect("the GCS test runs against the emulator");
-    within(300, async {
-        const LENGTH: usize = 256 << 10;
-        let store = format!("gs://{bucket}/{}", unique_prefix("gcs"));
-        let mut broker = Broker::start(&["--log.level=info"]).await;
-        let ch = broker.connect().await;
-        let codecs = [CODECS[0], CODECS[2]];
-        let specs: Vec<JournalSpec> = codecs
-            .iter()
-            .map(|(codec, ext)| {
-                codec_spec(&format!("gs/trip/{ext}"), *codec, &store, LENGTH as i64)
-            })
-            .collect();
-        apply_specs(&ch, &specs).await;
-        let mut written = Vec::new();
-        for (i, (_, ext)) in codecs.iter().enumerate() {
-            let journal = format!("gs/trip/{ext}");
-            let all = append_and_roll(
-                &ch,
-                &journal,
-                data(2 << 20, i as u32 + 40),
-                64 << 10,
-                LENGTH,
-            )
-            .await;
-            written.push((journal, all));
-        }
-        for (journal, all) in &written {
-            await_persisted(&ch, journal, all.len() as i64 - 1, 180).await;
-        }
-        drop(ch);
-        wipe_and_restart(&mut broker).await;
-        let ch = broker.connect().await;
-        apply_specs(&ch, &specs).await;
-        for (journal, all) in &written {
-            let persisted = all.len() - 1;
-            let resp = list_fragments(&ch, journal).await;
-            let frags = check_tiling(journal, &resp, &store, all, persisted as i64);
-            assert!(frags.len() >= 5, "{journal}: {} fragments", frags.len());
-            for (f, url) in &frags {
-                assert!(
-                    url.contains(emulator.trim_start_matches("http://"))
-                        && url.contains("alt=media"),
-                    "an emulator media URL: {url}"
-                );
-                let (raw, _) = fetch(url).await;
-                assert!(
-                    decode(f.compression_codec, &raw) == all[f.begin as usize..f.end as usize],
-                    "{journal}: object of [{}, {}) decodes to other content",
-                    f.begin,
-                    f.end
-                );
-            }
-            read_back(&ch, journal, all, persisted).await;
-        }
-    })
+    let store = format!("gs://{bucket}/{}", unique_prefix("gcs"));
+    within(
+        300,
+        round_trip_two_codecs(&store, "gs/trip", |url| {
+            assert!(
+                url.contains(emulator.trim_start_matches("http://")) && url.contains("alt=media"),
+                "an emulator media URL: {url}"
+            );
+        }),
+    )
     .await;
 }
 
