@@ -751,41 +751,53 @@ async fn grpc_and_http_mixed_under_load() {
 // Operations: shutdown, print-config, log format.
 // ------------------------------------------------------------------------------------------
 
+/// A broker started as a direct child (not through the harness), so a test can signal it
+/// and read its exit status; returns it with its port, data dir and a connected channel.
+async fn spawn_signalable_broker() -> (
+    tokio::process::Child,
+    u16,
+    tempfile::TempDir,
+    courant_tests::protocol::grpc::Channel,
+) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let child = tokio::process::Command::new(courant_bin())
+        .args([
+            "serve",
+            "--broker.bind",
+            "127.0.0.1",
+            "--broker.host",
+            "127.0.0.1",
+        ])
+        .args(["--broker.port", &port.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let tcp = loop {
+        if let Ok(t) = TcpStream::connect(("127.0.0.1", port)).await {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (ch, conn) = courant_tests::protocol::grpc::Channel::handshake(tcp, "x")
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    (child, port, dir, ch)
+}
+
 /// SIGTERM: blocked reads (gRPC and HTTP) end cleanly, the listener closes, exit code 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_reads_and_exits_zero() {
     within(40, async {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = tokio::process::Command::new(courant_bin())
-            .args([
-                "serve",
-                "--broker.bind",
-                "127.0.0.1",
-                "--broker.host",
-                "127.0.0.1",
-            ])
-            .args(["--broker.port", &port.to_string()])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let tcp = loop {
-            if let Ok(t) = TcpStream::connect(("127.0.0.1", port)).await {
-                break t;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let (ch, conn) = courant_tests::protocol::grpc::Channel::handshake(tcp, "x")
-            .await
-            .unwrap();
-        tokio::spawn(conn);
+        let (mut child, port, _dir, ch) = spawn_signalable_broker().await;
         create_journals(&ch, &["a/journal"]).await;
         grpc_append(&ch, "a/journal", b"data").await;
         let call = ch
@@ -833,37 +845,7 @@ async fn sigterm_ends_reads_and_exits_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_inflight_appends_finish() {
     within(40, async {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = tokio::process::Command::new(courant_bin())
-            .args([
-                "serve",
-                "--broker.bind",
-                "127.0.0.1",
-                "--broker.host",
-                "127.0.0.1",
-            ])
-            .args(["--broker.port", &port.to_string()])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let tcp = loop {
-            if let Ok(t) = TcpStream::connect(("127.0.0.1", port)).await {
-                break t;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let (ch, conn) = courant_tests::protocol::grpc::Channel::handshake(tcp, "x")
-            .await
-            .unwrap();
-        tokio::spawn(conn);
+        let (mut child, port, _dir, ch) = spawn_signalable_broker().await;
         create_journals(&ch, &["a/journal"]).await;
         let mut call = ch.call(APPEND).await.unwrap();
         call.sender
