@@ -1373,6 +1373,40 @@ pub fn parse_records(data: &[u8]) -> Result<Vec<RecordAt>, (usize, String)> {
     Ok(out)
 }
 
+/// Pseudo-random, somewhat compressible data (a quarter random bytes, the rest from a small
+/// alphabet), so that every codec has work to do.
+pub fn compressible_data(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if i % 4 == 0 {
+                x as u8
+            } else {
+                b'a' + (x % 7) as u8
+            }
+        })
+        .collect()
+}
+
+/// Every message of a Read, and how the call ended.
+pub async fn read_msgs(
+    ch: &Channel,
+    req: ReadRequest,
+) -> (Vec<ReadResponse>, Result<(), RpcError>) {
+    let mut call = read_stream(ch, &req).await.expect("Read call");
+    collect::<ReadResponse>(&mut call).await
+}
+
+/// The content of Read responses, concatenated.
+pub fn content_of(msgs: &[ReadResponse]) -> Vec<u8> {
+    msgs.iter()
+        .flat_map(|m| m.content.iter().copied())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

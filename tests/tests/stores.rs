@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use courant_tests::protocol::{
     AppendRequest, CompressionCodec, FragmentStoreHealthRequest, FragmentStoreHealthResponse,
-    FragmentsRequest, FragmentsResponse, JournalSpec, ReadRequest, ReadResponse, Status,
+    FragmentsRequest, FragmentsResponse, JournalSpec, ReadRequest, Status,
 };
 use courant_tests::*;
 use sha1::Digest;
@@ -112,38 +112,6 @@ async fn store_health(
         .expect("FragmentStoreHealth")
 }
 
-/// Every message of a read until EOF (or the error that ended it).
-async fn read_msgs(
-    ch: &protocol::grpc::Channel,
-    req: ReadRequest,
-) -> (Vec<ReadResponse>, Result<(), protocol::grpc::RpcError>) {
-    let mut call = read_stream(ch, &req).await.expect("Read call");
-    collect::<ReadResponse>(&mut call).await
-}
-
-fn content_of(msgs: &[ReadResponse]) -> Vec<u8> {
-    msgs.iter()
-        .flat_map(|m| m.content.iter().copied())
-        .collect()
-}
-
-/// Pseudo-random, somewhat compressible data.
-fn data(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..n)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            if i % 4 == 0 {
-                x as u8
-            } else {
-                b'a' + (x % 7) as u8
-            }
-        })
-        .collect()
-}
-
 fn root_arg(root: &Path) -> String {
     format!("--broker.file-root={}", root.display())
 }
@@ -156,7 +124,7 @@ async fn append_bytes(
     chunk: usize,
     seed: u32,
 ) -> Vec<u8> {
-    let all = data(total, seed);
+    let all = compressible_data(total, seed);
     for piece in all.chunks(chunk) {
         append_ok(ch, journal, piece).await;
     }
@@ -194,7 +162,7 @@ async fn round_trip_every_codec_through_a_wiped_broker() {
             // 1 MiB in 32 KiB appends over 64 KiB fragments: many fragments.
             let mut all = append_bytes(&ch, &journal, 1 << 20, 32 << 10, i as u32 + 1).await;
             // Push the last fragment over the length, so that the next append rolls it.
-            let extra = data(65 << 10, 99);
+            let extra = compressible_data(65 << 10, 99);
             append_ok(&ch, &journal, &extra).await;
             all.extend_from_slice(&extra);
             append_ok(&ch, &journal, b"!").await;

@@ -15,7 +15,6 @@
 
 use courant_tests::protocol::{
     CompressionCodec, Fragment, FragmentsRequest, FragmentsResponse, JournalSpec, ReadRequest,
-    ReadResponse,
 };
 use courant_tests::*;
 use hmac::{KeyInit, Mac};
@@ -85,23 +84,6 @@ const CODECS: [(CompressionCodec, &str); 4] = [
     (CompressionCodec::Snappy, "sz"),
 ];
 
-/// Pseudo-random, somewhat compressible data.
-fn data(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..n)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            if i % 4 == 0 {
-                x as u8
-            } else {
-                b'a' + (x % 7) as u8
-            }
-        })
-        .collect()
-}
-
 /// Appends `payload` in `chunk`-sized appends, then `length + 1` bytes in one append (the
 /// spool is then over the fragment length) and one byte, which rolls the spool: everything
 /// before that last byte is in completed (persistable) fragments. Returns every byte
@@ -118,7 +100,7 @@ async fn append_and_roll(
     }
     // One append (of chunks under the 4 MiB message limit) that leaves the spool over
     // `length` whatever it held before.
-    let over = data(length + 1, 77);
+    let over = compressible_data(length + 1, 77);
     let chunks: Vec<bytes::Bytes> = over
         .chunks(1 << 20)
         .map(bytes::Bytes::copy_from_slice)
@@ -340,21 +322,6 @@ async fn fetch(url: &str) -> (Vec<u8>, bool) {
     (body, gzip)
 }
 
-/// Every message of a read until EOF (or the error that ended it).
-async fn read_msgs(
-    ch: &protocol::grpc::Channel,
-    req: ReadRequest,
-) -> (Vec<ReadResponse>, Result<(), protocol::grpc::RpcError>) {
-    let mut call = read_stream(ch, &req).await.expect("Read call");
-    collect::<ReadResponse>(&mut call).await
-}
-
-fn content_of(msgs: &[ReadResponse]) -> Vec<u8> {
-    msgs.iter()
-        .flat_map(|m| m.content.iter().copied())
-        .collect()
-}
-
 /// Reads `[0, end)` of `journal` through the broker and compares it with `all`.
 async fn read_back(ch: &protocol::grpc::Channel, journal: &str, all: &[u8], end: usize) {
     let (msgs, result) = read_msgs(
@@ -412,7 +379,7 @@ async fn s3_round_trip_64_mib_every_codec_through_a_wiped_broker() {
             let all = append_and_roll(
                 &ch,
                 &journal,
-                data(PER_CODEC, i as u32 + 1),
+                compressible_data(PER_CODEC, i as u32 + 1),
                 256 << 10,
                 LENGTH,
             )
@@ -524,7 +491,14 @@ async fn large_offload_and_odd_names(store: &str, odd_name: &str) {
     apply_specs(&ch, &specs).await;
     let mut written = Vec::new();
     for (i, (journal, _, length, n, chunk)) in cases.iter().enumerate() {
-        let all = append_and_roll(&ch, journal, data(*n, 60 + i as u32), *chunk, *length).await;
+        let all = append_and_roll(
+            &ch,
+            journal,
+            compressible_data(*n, 60 + i as u32),
+            *chunk,
+            *length,
+        )
+        .await;
         written.push((journal.to_string(), all));
     }
     for (journal, all) in &written {
@@ -613,7 +587,14 @@ async fn path_postfix_round_trip(store: &str, args: &[&str]) {
     s.fragment.as_mut().unwrap().path_postfix_template =
         r#"date={{ .Spool.FirstAppendTime.Format "20060102" }}/b={{.Spool.Begin}}"#.into();
     apply_specs(&ch, std::slice::from_ref(&s)).await;
-    let all = append_and_roll(&ch, journal, data(256 << 10, 3), 32 << 10, 64 << 10).await;
+    let all = append_and_roll(
+        &ch,
+        journal,
+        compressible_data(256 << 10, 3),
+        32 << 10,
+        64 << 10,
+    )
+    .await;
     let persisted = all.len() as i64 - 1;
     await_persisted(&ch, journal, persisted, 120).await;
     let days = [day_before, today()];
@@ -722,7 +703,7 @@ async fn s3_server_stopped_under_load_loses_and_duplicates_nothing() {
         )];
         apply_specs(&ch, &specs).await;
         // First append: waits for the store's first health check and listing.
-        let mut all = data(16 << 10, 5);
+        let mut all = compressible_data(16 << 10, 5);
         append_ok(&ch, journal, &all).await;
 
         let load = Duration::from_secs(14);
@@ -745,7 +726,7 @@ async fn s3_server_stopped_under_load_loses_and_duplicates_nothing() {
             if t >= resume_at && resume.take().is_some() {
                 eprintln!("S3 server resumed at {t:?}");
             }
-            let piece = data(16 << 10, seed);
+            let piece = compressible_data(16 << 10, seed);
             seed += 1;
             let t0 = Instant::now();
             append_ok(&ch, journal, &piece).await;
@@ -964,7 +945,7 @@ async fn round_trip_two_codecs(store: &str, name: &str, check_url: impl Fn(&str)
         let all = append_and_roll(
             &ch,
             &journal,
-            data(2 << 20, i as u32 + 40),
+            compressible_data(2 << 20, i as u32 + 40),
             64 << 10,
             LENGTH,
         )
