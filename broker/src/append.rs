@@ -402,10 +402,7 @@ async fn update_suspend(
                 key: key.clone(),
                 mod_revision: item.mod_revision,
             }],
-            vec![Op::Put {
-                key,
-                value: spec.encode_to_vec().into(),
-            }],
+            vec![Op::put(key, spec.encode_to_vec())],
         )
         .await
         .map_err(|e| RpcError::unknown(format!("updating journal suspension: {e}")))?;

@@ -154,10 +154,7 @@ pub async fn apply(
                     return Err(not_authorized(&spec.name));
                 }
                 let key = item_key(root, &spec.name);
-                let op = Op::Put {
-                    key: key.clone(),
-                    value: spec.encode_to_vec().into(),
-                };
+                let op = Op::put(key.clone(), spec.encode_to_vec());
                 (key, op)
             }
             (None, _) => {

@@ -146,7 +146,7 @@ fn load_or_create_cluster_id(dir: &Path) -> Result<u64, String> {
 fn apply_ops(keys: &mut BTreeMap<String, KeyValue>, revision: i64, ops: &[Op]) {
     for op in ops {
         match op {
-            Op::Put { key, value } => {
+            Op::Put { key, value, .. } => {
                 let create_revision = keys
                     .get(key)
                     .map(|kv| kv.create_revision)
@@ -157,6 +157,7 @@ fn apply_ops(keys: &mut BTreeMap<String, KeyValue>, revision: i64, ops: &[Op]) {
                         value: value.clone(),
                         create_revision,
                         mod_revision: revision,
+                        lease: 0,
                     },
                 );
             }
@@ -173,7 +174,7 @@ fn encode_record(revision: i64, ops: &[Op]) -> Vec<u8> {
     payload.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     for op in ops {
         let (kind, key, value) = match op {
-            Op::Put { key, value } => (PUT, key, Some(value)),
+            Op::Put { key, value, .. } => (PUT, key, Some(value)),
             Op::Delete { key } => (DELETE, key, None),
         };
         payload.push(kind);
@@ -224,7 +225,7 @@ fn decode_payload(payload: &[u8]) -> Option<(i64, Vec<Op>)> {
             PUT => {
                 let len = c.u32()? as usize;
                 let value = Bytes::copy_from_slice(c.take(len)?);
-                ops.push(Op::Put { key, value });
+                ops.push(Op::put(key, value));
             }
             DELETE => ops.push(Op::Delete { key }),
             _ => return None,
@@ -266,10 +267,7 @@ mod tests {
     use super::*;
 
     fn put(k: &str, v: &str) -> Op {
-        Op::Put {
-            key: k.into(),
-            value: Bytes::copy_from_slice(v.as_bytes()),
-        }
+        Op::put(k.into(), Bytes::copy_from_slice(v.as_bytes()))
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! `--broker.watch-delay`, 30 ms), and each applied response clones the key map.
 
 use super::{
-    Compare, KeyValue, Op, Snapshot, TxnOutcome, decode_assignments, decode_items, decode_members,
+    Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items, decode_members,
 };
 use crate::control::ControlMsg;
 use bytes::Bytes;
@@ -138,6 +138,7 @@ impl Etcd {
                     value: Bytes::copy_from_slice(kv.value()),
                     create_revision: kv.create_revision(),
                     mod_revision: kv.mod_revision(),
+                    lease: kv.lease(),
                 },
             );
         }
@@ -177,7 +178,14 @@ impl Etcd {
         let txn_ops: Vec<TxnOp> = ops
             .iter()
             .map(|op| match op {
-                Op::Put { key, value } => TxnOp::put(key.clone(), value.to_vec(), None),
+                Op::Put { key, value, lease } => {
+                    let opts = match lease {
+                        PutLease::None => None,
+                        PutLease::Keep => Some(PutOptions::new().with_ignore_lease()),
+                        PutLease::Id(id) => Some(PutOptions::new().with_lease(*id)),
+                    };
+                    TxnOp::put(key.clone(), value.to_vec(), opts)
+                }
                 Op::Delete { key } => TxnOp::delete(key.clone(), None),
             })
             .collect();
@@ -265,6 +273,7 @@ impl Etcd {
                             value: Bytes::copy_from_slice(kv.value()),
                             create_revision: kv.create_revision(),
                             mod_revision: kv.mod_revision(),
+                            lease: kv.lease(),
                         },
                     );
                 }

@@ -25,6 +25,8 @@ pub struct KeyValue {
     pub value: Bytes,
     pub create_revision: i64,
     pub mod_revision: i64,
+    /// The etcd lease the key is attached to (0: none; always 0 in the embedded mode).
+    pub lease: i64,
 }
 
 /// A journal spec item decoded from `<root>/items/<name>`.
@@ -57,13 +59,14 @@ pub struct Snapshot {
 }
 
 /// A broker announced under `<root>/members/<zone>#<suffix>`. The revisions are for the
-/// allocator (leader = smallest CreateRevision; txns guard on ModRevision), not yet built.
+/// allocator (leader = smallest CreateRevision; txns guard on ModRevision); assignments to
+/// the broker are created under its `lease`.
 #[derive(Debug, Clone)]
-#[allow(dead_code)]
 pub struct MemberItem {
     pub spec: BrokerSpec,
     pub create_revision: i64,
     pub mod_revision: i64,
+    pub lease: i64,
 }
 
 /// An assignment `<root>/assign/<journal>#<zone>#<suffix>#<slot>` (slot 0 = primary).
@@ -75,6 +78,8 @@ pub struct Assignment {
     /// The Route its primary last advertised (empty when the allocator created it).
     pub value: Route,
     pub mod_revision: i64,
+    /// The lease of the assigned broker, kept when the allocator moves the key.
+    pub lease: i64,
 }
 
 impl Snapshot {
@@ -130,8 +135,37 @@ pub struct Compare {
 
 #[derive(Debug, Clone)]
 pub enum Op {
-    Put { key: String, value: Bytes },
-    Delete { key: String },
+    Put {
+        key: String,
+        value: Bytes,
+        lease: PutLease,
+    },
+    Delete {
+        key: String,
+    },
+}
+
+/// The lease a Put attaches to its key (etcd semantics; the embedded keyspace has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutLease {
+    /// No lease: the key lives until deleted (journal specs).
+    None,
+    /// Keep whatever lease the key has (etcd's `ignore_lease`): primaries advertising
+    /// Routes into assignment values.
+    Keep,
+    /// Attach this lease (assignments, created under the assigned broker's lease).
+    Id(i64),
+}
+
+impl Op {
+    /// A Put with no lease.
+    pub fn put(key: String, value: impl Into<Bytes>) -> Op {
+        Op::Put {
+            key,
+            value: value.into(),
+            lease: PutLease::None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,8 +193,7 @@ pub fn member_key(root: &str, zone: &str, suffix: &str) -> String {
     format!("{root}/members/{zone}#{suffix}")
 }
 
-/// Key of an assignment of `journal` to a broker's `slot` (for the allocator, not yet built).
-#[allow(dead_code)]
+/// Key of an assignment of `journal` to a broker's `slot`.
 pub fn assign_key(root: &str, journal: &str, zone: &str, suffix: &str, slot: u32) -> String {
     format!("{root}/assign/{journal}#{zone}#{suffix}#{slot}")
 }
@@ -205,6 +238,7 @@ pub fn decode_members(
                 spec,
                 create_revision: kv.create_revision,
                 mod_revision: kv.mod_revision,
+                lease: kv.lease,
             },
         );
     }
@@ -256,6 +290,7 @@ pub fn decode_assignments(
                 slot,
                 value,
                 mod_revision: kv.mod_revision,
+                lease: kv.lease,
             });
     }
     out
@@ -314,6 +349,7 @@ mod tests {
             value: value.into(),
             create_revision: rev,
             mod_revision: rev,
+            lease: 0,
         }
     }
 
