@@ -8,7 +8,11 @@
 use crate::call::{CallIn, CallOut};
 use crate::core::Core;
 use crate::flow::MinRate;
+use crate::pipeline::{MAX_SYNC_ROUNDS, Pipeline, Synced};
+use crate::replica::Replica;
 use crate::resolver::{self, Args, Resolution};
+use std::cmp::Ordering;
+use storage::spool::Spool;
 use protocol::append_request::Suspend as SuspendMode;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
@@ -26,28 +30,127 @@ pub async fn append(
 ) -> Result<(), RpcError> {
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
-    let mut res = resolve(core, &req).await?;
+    let mut wait_revision = 0i64;
+    let mut slot: Option<Rc<Replica>>;
+    // Resolve, acquire the spool and sync the pipeline, until this broker is the
+    // journal's primary with a synchronized, consistent and complete Route (or proxies).
+    let (res, mut spool, mut pln) = loop {
+        if wait_revision > 0 {
+            core.keyspace.wait_for(wait_revision).await;
+        }
+        let mut res = resolve(core, &req).await?;
+        // A suspended journal resumes on an ordinary append (SUSPEND_RESUME).
+        if res.status == Status::Suspended && req.suspend == SuspendMode::Resume as i32 {
+            let offset = suspend_of(res.spec.as_ref()).1;
+            update_suspend(core, &res, Level::None, offset).await?;
+            res = resolve(core, &req).await?;
+        }
+        if res.status != Status::Ok {
+            return respond_status(out, res.status, res.header, None).await;
+        }
+        if !res.local {
+            // Another broker is primary: once the Route is complete, proxy to it.
+            match replication_gap(core, &res) {
+                Ordering::Greater => {
+                    wait_revision = res.snapshot.revision + 1;
+                    continue;
+                }
+                Ordering::Less => {
+                    return respond_status(out, Status::InsufficientJournalBrokers, res.header, None)
+                        .await;
+                }
+                Ordering::Equal => {}
+            }
+            return crate::proxy::append(core, req, res.header, input, out).await;
+        }
+        slot = Some(core.replica(&res.journal).await?);
+        let replica = slot.as_ref().expect("just set");
+        let mut spool = replica.spool.lock().await;
+        // Discard content of any earlier append that was abandoned mid-stream (its task was
+        // dropped on a deadline or cancellation before it could roll back itself).
+        spool.rollback();
+        // The keyspace may have moved while we waited for the spool: resolve again.
+        let res = resolve(core, &req).await?;
+        if res.status != Status::Ok || !res.local {
+            drop(spool);
+            continue;
+        }
+        let spec = res.spec.clone().expect("an OK resolution has a spec");
+        let route = res.header.route.clone().unwrap_or_default();
 
-    // A suspended journal resumes on an ordinary append (SUSPEND_RESUME).
-    if res.status == Status::Suspended && req.suspend == SuspendMode::Resume as i32 {
-        let offset = suspend_of(res.spec.as_ref()).1;
-        update_suspend(core, &res, Level::None, offset).await?;
-        res = resolve(core, &req).await?;
+        // The pipeline: reuse the replica's if it was built for this Route.
+        let kept = replica.pipeline.borrow_mut().take();
+        let mut pln = match kept {
+            Some(p) if p.serves(&route) => p,
+            other => {
+                if let Some(stale) = other {
+                    stale.close();
+                }
+                Pipeline::open(core, &res.header).await?
+            }
+        };
+        match sync(core, replica, &mut spool, &mut pln, &spec).await {
+            Ok(Synced::Ok) => {}
+            Ok(Synced::ReadThrough(rev)) => {
+                wait_revision = rev;
+                continue;
+            }
+            Ok(Synced::RollTo { .. }) => unreachable!("sync resolves roll-forwards itself"),
+            Err(err) => {
+                spool.rollback();
+                return Err(RpcError::unknown(format!("gatherSync: {}", err.message)));
+            }
+        }
+        // Advertise the synchronized Route in the assignments, then resolve again.
+        if let Some(rev) = update_assignments(core, &res).await? {
+            replica.pipeline.replace(Some(pln));
+            wait_revision = rev;
+            continue;
+        }
+        match replication_gap(core, &res) {
+            Ordering::Greater => {
+                // The allocator is about to remove a member: wait for it.
+                replica.pipeline.replace(Some(pln));
+                wait_revision = res.snapshot.revision + 1;
+                continue;
+            }
+            Ordering::Less => {
+                replica.pipeline.replace(Some(pln));
+                return respond_status(out, Status::InsufficientJournalBrokers, res.header, None)
+                    .await;
+            }
+            Ordering::Equal => {}
+        }
+        break (res, spool, pln);
+    };
+    let replica = slot.as_ref().expect("set before the spool was taken");
+    let outcome = validate_and_stream(core, &req, res, replica, &mut spool, &mut pln, input, out).await;
+    match outcome {
+        Ok(()) => {
+            replica.pipeline.replace(Some(pln));
+        }
+        Err(_) => {
+            // Replicas roll back what this append sent them when its streams reset.
+            spool.rollback();
+            drop(pln);
+        }
     }
-    if res.status != Status::Ok {
-        return respond_status(out, res.status, res.header, None).await;
-    }
-    let replica = core.replica(&res.journal).await?;
-    let mut spool = replica.spool.lock().await;
+    outcome
+}
+
+/// The FSM from "validate preconditions" on, as the journal's synchronized primary.
+#[allow(clippy::too_many_arguments)]
+async fn validate_and_stream(
+    core: &Rc<Core>,
+    req: &AppendRequest,
+    res: Resolution,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    pln: &mut Pipeline,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
     let acquired = std::time::Instant::now();
-    // Discard content of any earlier append that was abandoned mid-stream (its task was
-    // dropped on a deadline or cancellation before it could roll back itself).
-    spool.rollback();
-    // The keyspace may have moved while we waited for the spool: resolve again.
-    res = resolve(core, &req).await?;
-    if res.status != Status::Ok {
-        return respond_status(out, res.status, res.header, None).await;
-    }
     let spec = res.spec.clone().expect("an OK resolution has a spec");
 
     // The journal's first store must be healthy, and its stores listed at least once.
@@ -161,13 +264,8 @@ pub async fn append(
     }
 
     // Stream content.
-    if let Some(at) = maybe_roll(&spool, roll_to, &spec) {
-        // The completed spool's first append names its path postfix (if templated).
-        let first_append = spool.first_append_time();
-        if let Some(done) = spool.roll(at, codec_of(&spec)).await.map_err(storage_err)? {
-            replica.index.borrow_mut().add_local(done.clone());
-            replica.persist(core, done, first_append);
-        }
+    if let Some(at) = maybe_roll(spool, roll_to, &spec) {
+        roll(core, replica, spool, pln, &spec, at).await?;
     }
     let begin = spool.fragment().end;
     let mut summer = Sha1::new();
@@ -204,6 +302,7 @@ pub async fn append(
             }
             min_rate.on_bytes(chunk.content.len());
             summer.update(&chunk.content);
+            pln.content(core, &res.journal, &chunk.content, appended).await?;
             spool.write(&chunk.content).await.map_err(storage_err)?;
             appended += chunk.content.len() as i64;
         }
@@ -237,6 +336,10 @@ pub async fn append(
     let committed = if appended == 0 {
         spool.fragment().clone()
     } else {
+        if pln.has_peers() {
+            pln.propose(core, &spool.next(), &next_registers, true).await?;
+            pln.gather_ok(core, &res.journal).await?;
+        }
         let committed = match spool.commit(next_registers).await {
             Ok(committed) => committed,
             Err(err) => {
@@ -244,7 +347,7 @@ pub async fn append(
                 return Err(storage_err(err));
             }
         };
-        replica.on_commit(&spool);
+        replica.on_commit(spool);
         crate::metrics::append_committed(&res.journal, appended as u64, acquired, begin + appended);
         committed
     };
@@ -267,6 +370,194 @@ pub async fn append(
         store_health_error: String::new(),
     };
     out.send(&resp).await
+}
+
+/// Synchronizes the pipeline (Gazette's send/recv pipeline sync): proposes the spool's
+/// fragment, or a roll when the spool is due one, to this broker's spool and every peer,
+/// rolling everyone forward to the largest offset a peer holds (adopting its registers),
+/// until all agree.
+async fn sync(
+    core: &Rc<Core>,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    pln: &mut Pipeline,
+    spec: &JournalSpec,
+) -> Result<Synced, RpcError> {
+    let mut roll_to: Option<i64> = None;
+    let mut registers = spool.registers().clone();
+    for _ in 0..MAX_SYNC_ROUNDS {
+        let proposal = match maybe_roll(spool, roll_to, spec) {
+            Some(at) => empty_at(spool, at, codec_of(spec)),
+            None => spool.fragment().clone(),
+        };
+        apply_local(core, replica, spool, &proposal, &registers).await?;
+        if !pln.has_peers() {
+            return Ok(Synced::Ok);
+        }
+        pln.propose(core, &proposal, &registers, true).await?;
+        match pln.gather_sync(core, &proposal).await? {
+            Synced::RollTo {
+                end,
+                registers: theirs,
+            } => {
+                roll_to = Some(end);
+                if let Some(theirs) = theirs {
+                    registers = theirs;
+                }
+            }
+            other => return Ok(other),
+        }
+    }
+    Err(RpcError::unknown(format!(
+        "replicas did not agree on a fragment after {MAX_SYNC_ROUNDS} proposals"
+    )))
+}
+
+/// Rolls this broker's spool and every peer's to an empty fragment at `at`.
+async fn roll(
+    core: &Rc<Core>,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    pln: &mut Pipeline,
+    spec: &JournalSpec,
+    at: i64,
+) -> Result<(), RpcError> {
+    let proposal = empty_at(spool, at, codec_of(spec));
+    let registers = spool.registers().clone();
+    apply_local(core, replica, spool, &proposal, &registers).await?;
+    if pln.has_peers() {
+        pln.propose(core, &proposal, &registers, true).await?;
+        if pln.gather_sync(core, &proposal).await? != Synced::Ok {
+            return Err(RpcError::unknown(format!(
+                "replicas did not accept the roll to {at}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Applies a proposal to the primary's own spool, indexing and persisting what it completes.
+async fn apply_local(
+    core: &Rc<Core>,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    proposal: &Fragment,
+    registers: &LabelSet,
+) -> Result<(), RpcError> {
+    // The completed spool's first append names its path postfix (if templated).
+    let first_append = spool.first_append_time();
+    let (ok, completed) = spool
+        .apply_proposal(proposal, registers)
+        .await
+        .map_err(storage_err)?;
+    if let Some(done) = completed {
+        replica.index.borrow_mut().add_local(done.clone());
+        replica.persist(core, done, first_append);
+    }
+    if !ok {
+        return Err(RpcError::unknown(format!(
+            "the primary's spool rejected its own proposal [{}, {})",
+            proposal.begin, proposal.end
+        )));
+    }
+    Ok(())
+}
+
+/// A zero-length proposal at `at`: a roll.
+fn empty_at(spool: &Spool, at: i64, codec: protocol::CompressionCodec) -> Fragment {
+    Fragment {
+        journal: spool.fragment().journal.clone(),
+        begin: at,
+        end: at,
+        sum: Some(Default::default()),
+        compression_codec: codec as i32,
+        ..Default::default()
+    }
+}
+
+/// Gazette's "update assignments": when an assignment's value is not the journal's
+/// current Route, writes the Route (members and primary) into every such value, keeping
+/// each key's lease, in one transaction guarded by all of their revisions. Returns the
+/// revision to resolve again at, or `None` when the assignments were already consistent.
+async fn update_assignments(core: &Rc<Core>, res: &Resolution) -> Result<Option<i64>, RpcError> {
+    use crate::keyspace::{Compare, Op, PutLease, assign_key};
+    use prost::Message;
+    if !res.snapshot.cluster {
+        return Ok(None);
+    }
+    let route = res.header.route.clone().unwrap_or_default();
+    let value = protocol::Route {
+        members: route.members.clone(),
+        primary: route.primary,
+        endpoints: Vec::new(),
+    }
+    .encode_to_vec();
+    let root = &core.cfg.etcd_prefix;
+    let assignments = res
+        .snapshot
+        .assignments
+        .get(&res.journal)
+        .cloned()
+        .unwrap_or_default();
+    let mut compares = Vec::new();
+    let mut ops = Vec::new();
+    for a in &assignments {
+        let key = assign_key(root, &res.journal, &a.zone, &a.suffix, a.slot);
+        if !crate::replicate::equivalent(&a.value, &route) {
+            ops.push(Op::Put {
+                key: key.clone(),
+                value: value.clone().into(),
+                lease: PutLease::Keep,
+            });
+        }
+        compares.push(Compare {
+            key,
+            mod_revision: a.mod_revision,
+        });
+    }
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    let outcome = core
+        .keyspace
+        .txn(compares, ops)
+        .await
+        .map_err(|e| RpcError::unknown(format!("updateAssignments: {e}")))?;
+    Ok(Some(if outcome.succeeded {
+        outcome.revision
+    } else {
+        // The assignments changed meanwhile (the allocator won the race): resolve again
+        // once the change is here.
+        res.snapshot.revision + 1
+    }))
+}
+
+/// How the journal's Route compares to its desired replication (cluster mode only; the
+/// embedded single node serves every journal alone).
+fn replication_gap(core: &Core, res: &Resolution) -> Ordering {
+    if !res.snapshot.cluster {
+        return Ordering::Equal;
+    }
+    let members = res.header.route.as_ref().map_or(0, |r| r.members.len());
+    let desired = res
+        .spec
+        .as_ref()
+        .map_or(0, |s| desired_replication(s, core.cfg.max_replication));
+    members.cmp(&desired)
+}
+
+/// Gazette's `JournalSpec.DesiredReplication`: one replica while partially suspended, none
+/// when fully suspended, never more than `--broker.max-replication`.
+pub fn desired_replication(spec: &JournalSpec, max_replication: i32) -> usize {
+    let level = spec.suspend.as_ref().map_or(0, |s| s.level);
+    let r = if level == Level::Partial as i32 {
+        1
+    } else if level == Level::Full as i32 {
+        0
+    } else {
+        spec.replication
+    };
+    r.clamp(0, max_replication.max(0)) as usize
 }
 
 async fn resolve(core: &Rc<Core>, req: &AppendRequest) -> Result<Resolution, RpcError> {

@@ -65,6 +65,14 @@ pub async fn answer_out_of_scope(core: &Core, first: &FirstRequest, mut out: Out
             })
             .await
         }
+        FirstRequest::Replicate(_) => {
+            out.send(&protocol::ReplicateResponse {
+                status,
+                header,
+                ..Default::default()
+            })
+            .await
+        }
     };
     out.finish(sent);
 }

@@ -11,7 +11,7 @@ use futures_lite::future;
 use http::HeaderValue;
 use protocol::grpc::{Code, RpcError, ServerCall, decode_message};
 use protocol::process_spec::Id;
-use protocol::{AppendRequest, FragmentsRequest, ReadRequest};
+use protocol::{AppendRequest, FragmentsRequest, ReadRequest, ReplicateRequest};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -26,6 +26,7 @@ pub enum FirstRequest {
     Append(AppendRequest),
     Read(ReadRequest),
     Fragments(FragmentsRequest),
+    Replicate(ReplicateRequest),
 }
 
 impl FirstRequest {
@@ -35,6 +36,7 @@ impl FirstRequest {
             FirstRequest::Append(_) => "Append",
             FirstRequest::Read(_) => "Read",
             FirstRequest::Fragments(_) => "ListFragments",
+            FirstRequest::Replicate(_) => "Replicate",
         }
     }
 
@@ -43,6 +45,10 @@ impl FirstRequest {
             FirstRequest::Append(r) => &r.journal,
             FirstRequest::Read(r) => &r.journal,
             FirstRequest::Fragments(r) => &r.journal,
+            FirstRequest::Replicate(r) => match &r.proposal {
+                Some(p) => &p.journal,
+                None => &r.deprecated_journal,
+            },
         };
         protocol::validate::strip_meta(name)
     }
@@ -76,6 +82,8 @@ pub struct Core {
     pub retired: RefCell<HashMap<String, Rc<Replica>>>,
     /// This core's view of the fragment stores (served by the control thread).
     pub stores: crate::stores::persist::CoreStores,
+    /// This core's connections to other brokers.
+    pub peer_channels: crate::peer::PeerChannels,
 }
 
 /// The core that owns `journal`: a stable hash, identical on every core and every restart.
@@ -244,10 +252,9 @@ impl Core {
             "/protocol.Journal/ListFragments" => {
                 self.route_journal_call(call, "ListFragments", claims).await
             }
-            "/protocol.Journal/Replicate" => call.outbound.finish(Err(RpcError::new(
-                Code::Unimplemented,
-                "Replicate is served only in cluster mode (etcd), which this broker is not running",
-            ))),
+            "/protocol.Journal/Replicate" => {
+                self.route_journal_call(call, "Replicate", claims).await
+            }
             "/protocol.Journal/FragmentStoreHealth" => {
                 let core = self.clone();
                 run_local(
@@ -287,6 +294,7 @@ impl Core {
         let first = match method {
             "Append" => decode_message(first).map(FirstRequest::Append),
             "Read" => decode_message(first).map(FirstRequest::Read),
+            "Replicate" => decode_message(first).map(FirstRequest::Replicate),
             _ => decode_message(first).map(FirstRequest::Fragments),
         };
         let first = match first {
@@ -358,6 +366,9 @@ async fn run_journal_call(
             FirstRequest::Read(req) => crate::read::read(&core, req, &mut output).await,
             FirstRequest::Fragments(req) => {
                 crate::read::list_fragments(&core, req, &mut output).await
+            }
+            FirstRequest::Replicate(req) => {
+                crate::replicate::replicate(&core, req, &mut input, &mut output).await
             }
         }
     })

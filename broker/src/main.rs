@@ -2,6 +2,7 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod allocator;
 mod append;
 mod auth;
 mod call;
@@ -16,8 +17,12 @@ mod jwt;
 mod keyspace;
 mod list;
 mod metrics;
+mod peer;
+mod pipeline;
+mod proxy;
 mod read;
 mod replica;
+mod replicate;
 mod resolver;
 mod server;
 mod shutdown;

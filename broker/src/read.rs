@@ -68,6 +68,19 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
             })
             .await;
     }
+    if !res.local {
+        let header = header.take().unwrap_or_default();
+        let mut req = req;
+        req.header = Some(header.clone());
+        return crate::proxy::server_streaming::<_, ReadResponse>(
+            core,
+            "/protocol.Journal/Read",
+            &header,
+            &req,
+            out,
+        )
+        .await;
+    }
     let replica = core.replica(&res.journal).await?;
     crate::metrics::read_started(&res.journal);
     let mut offset = req.offset;
@@ -339,6 +352,21 @@ pub async fn list_fragments(
     let spec = res.spec.clone().expect("an OK resolution has a spec");
     if !may_read(&spec) {
         return out.send(&respond(Status::NotAllowed, res.header)).await;
+    }
+    if !res.local {
+        let mut req = req;
+        req.header = Some(res.header.clone());
+        if req.page_limit == 0 {
+            req.page_limit = DEFAULT_PAGE_LIMIT;
+        }
+        return crate::proxy::server_streaming::<_, FragmentsResponse>(
+            core,
+            "/protocol.Journal/ListFragments",
+            &res.header,
+            &req,
+            out,
+        )
+        .await;
     }
     let replica = core.replica(&res.journal).await?;
     let limit = if req.page_limit == 0 {

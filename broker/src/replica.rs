@@ -22,6 +22,9 @@ pub struct Replica {
     pub spool: tokio::sync::Mutex<Spool>,
     pub index: RefCell<Index>,
     bucket: RefCell<TokenBucket>,
+    /// The replication pipeline of the last append as primary, kept for the next one
+    /// while its Route holds (only the spool's holder takes or replaces it).
+    pub pipeline: RefCell<Option<crate::pipeline::Pipeline>>,
     /// Whether this broker's data directory held the journal's spool before this open: an
     /// empty spool behind a listed write head is then this broker's own persisted history.
     pub wrote_before: bool,
@@ -64,6 +67,7 @@ impl Replica {
             spool: tokio::sync::Mutex::new(spool),
             index: RefCell::new(index),
             bucket: RefCell::new(TokenBucket::new()),
+            pipeline: RefCell::new(None),
             wrote_before,
         });
         glommio::spawn_local(refresh_loop(core.clone(), Rc::downgrade(&replica))).detach();

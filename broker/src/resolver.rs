@@ -7,9 +7,10 @@
 //! Route comes from the journal's assignment keys (`Snapshot::assigned_route`); the status
 //! rules (spec §2.1) are the same for both.
 //!
-//! Proxying is not implemented yet: when Gazette would proxy (the request allows it and
-//! another broker must serve), we answer as if `do_not_proxy` were set, with
-//! NOT_JOURNAL_PRIMARY_BROKER (Append) or NOT_JOURNAL_BROKER (Read, ListFragments) and the
+//! When another broker must serve and the request may be proxied, the status is OK and
+//! `Resolution::local` is false: the caller proxies (`crate::proxy`) to the header's
+//! `process_id` (the primary), or to any member when that is empty. Without proxying
+//! (`do_not_proxy`), the status is NOT_JOURNAL_PRIMARY_BROKER or NOT_JOURNAL_BROKER with the
 //! Route, which Gazette's Go clients retry against directly.
 
 use crate::core::Core;
@@ -26,15 +27,14 @@ pub struct Resolution {
     pub journal: String,
     pub spec: Option<JournalSpec>,
     pub snapshot: Arc<Snapshot>,
+    /// Whether this broker serves the call itself (else, with status OK, it proxies).
+    pub local: bool,
 }
 
 /// How an RPC wants its journal resolved (Gazette's resolveArgs).
 pub struct Args<'a> {
     pub journal: &'a str,
     pub require_primary: bool,
-    /// Not consulted yet: with no proxying, a call for another broker always gets
-    /// NOT_JOURNAL_(PRIMARY_)BROKER, as Gazette answers when proxying is not allowed.
-    #[allow(dead_code)]
     pub may_proxy: bool,
     pub min_etcd_revision: i64,
     pub proxy_header: Option<&'a Header>,
@@ -108,8 +108,9 @@ fn resolve_in(core: &Core, snapshot: Arc<Snapshot>, args: &Args<'_>) -> Resoluti
     } else if route.members.is_empty() {
         Status::InsufficientJournalBrokers
     } else if serving.as_ref() != Some(&core.process_id) {
-        // Gazette proxies here unless `do_not_proxy`; Courant cannot proxy yet.
-        if args.require_primary {
+        if args.may_proxy {
+            Status::Ok
+        } else if args.require_primary {
             Status::NotJournalPrimaryBroker
         } else {
             Status::NotJournalBroker
@@ -122,6 +123,7 @@ fn resolve_in(core: &Core, snapshot: Arc<Snapshot>, args: &Args<'_>) -> Resoluti
     } else {
         serving
     };
+    let local = status == Status::Ok && process_id.as_ref() == Some(&core.process_id);
     let header = Header {
         process_id,
         route: Some(route),
@@ -133,6 +135,7 @@ fn resolve_in(core: &Core, snapshot: Arc<Snapshot>, args: &Args<'_>) -> Resoluti
         journal,
         spec,
         snapshot,
+        local,
     }
 }
 
@@ -142,6 +145,17 @@ fn route_of(core: &Core, snapshot: &Snapshot, journal: &str, spec: &JournalSpec)
         snapshot.assigned_route(journal)
     } else {
         local_route(core, spec)
+    }
+}
+
+/// The Route of `journal` in `snapshot` (empty if it has no spec).
+pub fn route_of_journal(core: &Core, snapshot: &Snapshot, journal: &str) -> Route {
+    match snapshot.journals.get(journal) {
+        Some(item) => route_of(core, snapshot, journal, &item.spec),
+        None => Route {
+            primary: -1,
+            ..Default::default()
+        },
     }
 }
 

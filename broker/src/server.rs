@@ -119,6 +119,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     replicas: RefCell::new(Default::default()),
                     retired: RefCell::new(Default::default()),
                     stores: crate::stores::persist::CoreStores::new(stores, default_store),
+                    peer_channels: Default::default(),
                 });
                 crate::metrics::register_core(index);
                 glommio::spawn_local(crate::metrics::sample_executor()).detach();

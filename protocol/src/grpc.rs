@@ -435,6 +435,11 @@ impl FrameSender {
         self.send_frame(encode_frame(msg), false).await
     }
 
+    /// Abandons the stream (RST_STREAM CANCEL): the peer sees the call cancelled.
+    pub fn cancel(&mut self) {
+        self.send.send_reset(h2::Reason::CANCEL);
+    }
+
     /// Half-closes the stream (client side: "no more requests").
     pub fn close(&mut self) -> Result<(), RpcError> {
         self.send.send_data(Bytes::new(), true)?;

@@ -376,6 +376,65 @@ impl Spool {
         Ok(previous.complete().await)
     }
 
+    /// Applies a replication proposal (Gazette's spool rules, spec §2.5), as a replica does
+    /// for every proposal of its primary and a primary does for its own:
+    ///
+    /// 1. Roll forward if the proposal ends beyond anything this spool knows (`end + delta`),
+    ///    or is zero-length at exactly the committed end: the current fragment is completed
+    ///    (returned if it has content, for indexing and persistence) and an empty one begins
+    ///    at the proposal's end with its codec; when that end is beyond the committed end,
+    ///    the proposal's registers are adopted.
+    /// 2. A proposal equal to the committed fragment (all eight fields) with equal registers
+    ///    is OK and discards pending content (this is also how a primary rolls back).
+    /// 3. A proposal equal to [`Spool::next`] commits the pending content with its registers.
+    /// 4. Anything else is a mismatch: the spool is unchanged (beyond step 1) and the caller
+    ///    answers with [`Spool::fragment`] and [`Spool::registers`].
+    pub async fn apply_proposal(
+        &mut self,
+        proposal: &Fragment,
+        registers: &LabelSet,
+    ) -> Result<(bool, Option<LocalFragment>), StorageError> {
+        self.check()?;
+        let mut completed = None;
+        let zero_length = proposal.end == proposal.begin;
+        if proposal.end > self.fragment.end + self.delta
+            || (proposal.end == self.fragment.end && zero_length)
+        {
+            let adopt = proposal.end > self.fragment.end;
+            let codec = CompressionCodec::try_from(proposal.compression_codec)
+                .unwrap_or(CompressionCodec::None);
+            completed = self.roll(proposal.end, codec).await?;
+            if adopt {
+                self.registers = registers.clone();
+            }
+        }
+        if same_fragment(&self.fragment, proposal) && &self.registers == registers {
+            self.rollback();
+            return Ok((true, completed));
+        }
+        if self.delta != 0 && same_fragment(&self.next(), proposal) {
+            self.commit(registers.clone()).await?;
+            return Ok((true, completed));
+        }
+        Ok((false, completed))
+    }
+
+    /// Writes replicated content whose `content_delta` says how many bytes of this append
+    /// the primary had already sent; it must equal this spool's pending byte count.
+    pub async fn apply_content(
+        &mut self,
+        content: &Bytes,
+        content_delta: i64,
+    ) -> Result<(), ContentError> {
+        if content_delta != self.delta {
+            return Err(ContentError::Delta(format!(
+                "invalid ContentDelta ({content_delta}; expected {})",
+                self.delta
+            )));
+        }
+        self.write(content).await.map_err(ContentError::Storage)
+    }
+
     /// Flushes the fragment's content and commit log to the device
     /// (`fdatasync`), and the directories if entries were created since the
     /// last sync. Covers only the current fragment: call it before `roll` if
@@ -494,6 +553,37 @@ impl std::fmt::Debug for Spool {
             .field("poisoned", &self.poisoned)
             .finish()
     }
+}
+
+/// Why replicated content could not be applied.
+#[derive(Debug)]
+pub enum ContentError {
+    /// The primary's `content_delta` disagrees with this spool: a protocol error.
+    Delta(String),
+    Storage(StorageError),
+}
+
+impl std::fmt::Display for ContentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContentError::Delta(msg) => f.write_str(msg),
+            ContentError::Storage(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Gazette's Fragment equality over its eight fields; an absent sum equals the zero sum
+/// (Go always sends one, prost decodes it as present).
+pub fn same_fragment(a: &Fragment, b: &Fragment) -> bool {
+    let sum = |f: &Fragment| f.sum.clone().unwrap_or_default();
+    a.journal == b.journal
+        && a.begin == b.begin
+        && a.end == b.end
+        && sum(a) == sum(b)
+        && a.compression_codec == b.compression_codec
+        && a.backing_store == b.backing_store
+        && a.mod_time == b.mod_time
+        && a.path_postfix == b.path_postfix
 }
 
 /// A fragment read back from disk by `open`.
@@ -735,6 +825,104 @@ mod tests {
             .await
             .unwrap()
             .to_vec()
+    }
+
+    fn frag(begin: i64, end: i64, sum: &[u8], codec: CompressionCodec) -> Fragment {
+        Fragment {
+            journal: J.into(),
+            begin,
+            end,
+            sum: Some(if end == begin {
+                zero_sum()
+            } else {
+                sum_of_bytes(sum)
+            }),
+            compression_codec: codec as i32,
+            ..Default::default()
+        }
+    }
+
+    /// Spec §10 scenarios 26, 28 and 29: proposals commit, roll back, mismatch and roll
+    /// forward exactly as Gazette's spool does; content deltas must be exact.
+    #[test]
+    fn proposals_follow_gazette_rules() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            let none = LabelSet::default();
+            // Sync proposal of the empty fragment: OK.
+            let (ok, done) = spool.apply_proposal(&frag(0, 0, b"", Raw), &none).await.unwrap();
+            assert!(ok && done.is_none());
+            spool.apply_content(&b("foobar"), 0).await.unwrap();
+            let err = spool.apply_content(&b("x"), 2).await.unwrap_err();
+            assert_eq!(err.to_string(), "invalid ContentDelta (2; expected 6)");
+            spool.apply_content(&b("bazbing"), 6).await.unwrap();
+            let regs = labels(&[("reg", "value")]);
+            let p = frag(0, 13, b"foobarbazbing", Raw);
+            // A wrong sum over the pending content: mismatch, nothing changes.
+            let (ok, _) = spool.apply_proposal(&frag(0, 13, b"foobarbazbinG", Raw), &regs).await.unwrap();
+            assert!(!ok);
+            assert_eq!(spool.delta(), 13);
+            let (ok, _) = spool.apply_proposal(&p, &regs).await.unwrap();
+            assert!(ok);
+            assert_eq!(spool.fragment(), &p);
+            assert_eq!(spool.registers(), &regs);
+
+            // Pending bytes, then a proposal of the committed fragment: rollback.
+            spool.apply_content(&b("abcd"), 0).await.unwrap();
+            let (ok, _) = spool.apply_proposal(&p, &regs).await.unwrap();
+            assert!(ok);
+            assert_eq!(spool.delta(), 0);
+
+            // Mismatched begin within bounds: mismatch, spool unchanged.
+            spool.apply_content(&b("abcd"), 0).await.unwrap();
+            let mut bad = frag(1, 17, b"x", Raw);
+            let (ok, done) = spool.apply_proposal(&bad, &none).await.unwrap();
+            assert!(!ok && done.is_none());
+            assert_eq!(spool.delta(), 4);
+            assert_eq!(spool.fragment(), &p);
+            // The same beyond our end: roll forward to [20,20), adopting its registers,
+            // completing [0,13) for persistence; still a mismatch.
+            bad.end = 20;
+            let other = labels(&[("peer", "regs")]);
+            let (ok, done) = spool.apply_proposal(&bad, &other).await.unwrap();
+            assert!(!ok);
+            assert_eq!(done.unwrap().fragment, p);
+            assert_eq!(spool.fragment(), &frag(20, 20, b"", Raw));
+            assert_eq!(spool.registers(), &other);
+            assert_eq!(spool.delta(), 0);
+
+            // A zero-length proposal at our end with another codec rolls to it.
+            let (ok, done) = spool
+                .apply_proposal(&frag(20, 20, b"", Gzip), &other)
+                .await
+                .unwrap();
+            assert!(ok && done.is_none());
+            assert_eq!(spool.fragment().compression_codec, Gzip as i32);
+
+            // A roll proposal at a greater offset: OK, registers adopted.
+            let (ok, _) = spool.apply_proposal(&frag(30, 30, b"", Raw), &regs).await.unwrap();
+            assert!(ok);
+            assert_eq!(spool.registers(), &regs);
+            assert_eq!(spool.fragment().begin, 30);
+
+            // Scenario 27: a proposal [1234,5678) on a fresh spool rolls to [5678,5678)
+            // and mismatches; then that empty fragment with other registers mismatches.
+            let (mut fresh, _) = Spool::open(&tmp.path().join("b"), J, Raw).await.unwrap();
+            let (ok, _) = fresh
+                .apply_proposal(&frag(1234, 5678, b"x", Raw), &none)
+                .await
+                .unwrap();
+            assert!(!ok);
+            assert_eq!(fresh.fragment(), &frag(5678, 5678, b"", Raw));
+            let wrong = labels(&[("wrong", "register")]);
+            let (ok, _) = fresh
+                .apply_proposal(&frag(5678, 5678, b"", Raw), &wrong)
+                .await
+                .unwrap();
+            assert!(!ok);
+            assert_eq!(fresh.registers(), &none);
+        });
     }
 
     #[test]

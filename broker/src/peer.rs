@@ -1,0 +1,113 @@
+//! Client connections from this core to other brokers: the replication pipeline's
+//! `Replicate` streams and proxied Append, Read and ListFragments calls.
+//!
+//! Lives on: each core keeps its own cache (`!Send`), one HTTP/2 connection per peer
+//! endpoint, shared by every call this core makes to that peer. A connection whose driver
+//! ends (the peer died, reset, or closed it) leaves the cache, and the next call dials again.
+
+use crate::core::Core;
+use crate::io::Io;
+use protocol::grpc::{Channel, RpcError};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How long dialing a peer may take before the call fails as UNAVAILABLE.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub struct PeerChannels {
+    /// Live connections by endpoint, each with a generation number so that a finished
+    /// driver removes only its own entry.
+    conns: RefCell<HashMap<String, (u64, Channel)>>,
+    next_gen: std::cell::Cell<u64>,
+}
+
+/// The `host:port` of an `http://host:port[/]` endpoint.
+pub fn endpoint_addr(endpoint: &str) -> Result<String, RpcError> {
+    let rest = endpoint.strip_prefix("http://").ok_or_else(|| {
+        RpcError::unavailable(format!(
+            "peer endpoint {endpoint:?}: only http:// endpoints are supported for broker-to-broker calls"
+        ))
+    })?;
+    let addr = rest.trim_end_matches('/');
+    if addr.is_empty() || addr.contains('/') {
+        return Err(RpcError::unavailable(format!(
+            "peer endpoint {endpoint:?} is not http://host:port"
+        )));
+    }
+    Ok(addr.to_string())
+}
+
+impl Core {
+    /// A channel to the broker at `endpoint`, dialing it if this core has none.
+    pub async fn peer_channel(self: &Rc<Self>, endpoint: &str) -> Result<Channel, RpcError> {
+        if let Some((_, ch)) = self.peer_channels.conns.borrow().get(endpoint) {
+            return Ok(ch.clone());
+        }
+        let addr = endpoint_addr(endpoint)?;
+        let dial = async {
+            let stream = glommio::net::TcpStream::connect(addr.as_str())
+                .await
+                .map_err(|e| RpcError::unavailable(format!("dialing peer {endpoint}: {e}")))?;
+            let _ = stream.set_nodelay(true);
+            Channel::handshake(Io(stream), &addr).await
+        };
+        let timeout = async {
+            glommio::timer::sleep(DIAL_TIMEOUT).await;
+            Err(RpcError::unavailable(format!(
+                "dialing peer {endpoint}: timed out after {DIAL_TIMEOUT:?}"
+            )))
+        };
+        let (channel, conn) = futures_lite::future::or(dial, timeout).await?;
+        // Another task may have dialed meanwhile: keep the first, drop ours.
+        if let Some((_, ch)) = self.peer_channels.conns.borrow().get(endpoint) {
+            return Ok(ch.clone());
+        }
+        let generation = self.peer_channels.next_gen.get() + 1;
+        self.peer_channels.next_gen.set(generation);
+        self.peer_channels
+            .conns
+            .borrow_mut()
+            .insert(endpoint.to_string(), (generation, channel.clone()));
+        let core = Rc::downgrade(self);
+        let key = endpoint.to_string();
+        glommio::spawn_local(async move {
+            if let Err(err) = conn.await {
+                tracing::debug!(peer = %key, %err, "peer connection ended");
+            }
+            if let Some(core) = core.upgrade() {
+                let mut conns = core.peer_channels.conns.borrow_mut();
+                if conns.get(&key).is_some_and(|(g, _)| *g == generation) {
+                    conns.remove(&key);
+                }
+            }
+        })
+        .detach();
+        Ok(channel)
+    }
+
+    /// Forgets the connection to `endpoint` (after a call on it failed at the transport).
+    pub fn drop_peer_channel(&self, endpoint: &str) {
+        self.peer_channels.conns.borrow_mut().remove(endpoint);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_to_addresses() {
+        assert_eq!(
+            endpoint_addr("http://127.0.0.1:8080").unwrap(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(endpoint_addr("http://host:1/").unwrap(), "host:1");
+        assert!(endpoint_addr("https://host:1").is_err());
+        assert!(endpoint_addr("unix:///tmp/x").is_err());
+        assert!(endpoint_addr("http://host:1/path").is_err());
+        assert!(endpoint_addr("http://").is_err());
+    }
+}

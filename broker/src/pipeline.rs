@@ -1,0 +1,311 @@
+//! The replication Pipeline, primary side (spec §2.2, §2.5): one `Replicate` stream to each
+//! other member of the journal's Route, through which the primary's Append proposes, streams
+//! content and commits.
+//!
+//! Lives on: the journal's owner core. A pipeline belongs to the journal's `Replica` and is
+//! only ever used by the append holding the spool (it is taken out of the replica for the
+//! append and put back only if the append leaves it healthy); any failure drops it, which
+//! resets its streams so that every replica rolls back what it had not committed, and the
+//! next append builds a new one.
+
+use crate::core::Core;
+use crate::replicate::equivalent;
+use crate::resolver;
+use protocol::grpc::{ClientCall, RpcError, encode_frame};
+use protocol::process_spec::Id;
+use protocol::{Fragment, Header, LabelSet, ReplicateRequest, ReplicateResponse, Route, Status};
+use std::rc::Rc;
+
+/// Upper bound on sync rounds (roll-forward and re-proposals) before giving up.
+pub const MAX_SYNC_ROUNDS: usize = 8;
+
+struct Peer {
+    id: Id,
+    call: ClientCall,
+}
+
+pub struct Pipeline {
+    /// The Route (members and primary) the pipeline was built for.
+    pub route: Route,
+    header: Header,
+    peers: Vec<Peer>,
+    /// The next proposal is the first: it carries each peer's header.
+    first: bool,
+}
+
+/// What the primary must do after a sync round (Gazette's gatherSync).
+#[derive(Debug, PartialEq)]
+pub enum Synced {
+    /// Every peer agreed.
+    Ok,
+    /// A peer holds a larger offset, or an incompatible fragment at ours: roll everyone to
+    /// `end` (adopting `registers` when given) and sync again.
+    RollTo {
+        end: i64,
+        registers: Option<LabelSet>,
+    },
+    /// A peer has a different Route at a later keyspace revision: wait for it, resolve again.
+    ReadThrough(i64),
+}
+
+impl Pipeline {
+    /// Opens a Replicate stream to every member of `header.route` other than this broker.
+    pub async fn open(core: &Rc<Core>, header: &Header) -> Result<Pipeline, RpcError> {
+        let route = header.route.clone().unwrap_or_default();
+        let mut peers = Vec::new();
+        for (i, member) in route.members.iter().enumerate() {
+            if *member == core.process_id {
+                continue;
+            }
+            let endpoint = route.endpoints.get(i).cloned().unwrap_or_default();
+            let channel = core.peer_channel(&endpoint).await.map_err(|e| {
+                RpcError::unknown(format!("replication to {}: {}", describe(member), e.message))
+            })?;
+            let call = match channel.call("/protocol.Journal/Replicate").await {
+                Ok(call) => call,
+                Err(e) => {
+                    core.drop_peer_channel(&endpoint);
+                    return Err(RpcError::unknown(format!(
+                        "replication to {}: {}",
+                        describe(member),
+                        e.message
+                    )));
+                }
+            };
+            peers.push(Peer {
+                id: member.clone(),
+                call,
+            });
+        }
+        Ok(Pipeline {
+            route,
+            header: header.clone(),
+            peers,
+            first: true,
+        })
+    }
+
+    /// Whether this pipeline still matches `route` (and may be reused).
+    pub fn serves(&self, route: &Route) -> bool {
+        equivalent(&self.route, route)
+    }
+
+    pub fn has_peers(&self) -> bool {
+        !self.peers.is_empty()
+    }
+
+    /// Sends a proposal to every peer; the first one carries the header (its `process_id`
+    /// rewritten to each peer) and the journal name, as Gazette's primaries send them.
+    pub async fn propose(
+        &mut self,
+        core: &Core,
+        proposal: &Fragment,
+        registers: &LabelSet,
+        acknowledge: bool,
+    ) -> Result<(), RpcError> {
+        let route = self.route.clone();
+        let journal = proposal.journal.clone();
+        guard(core, &journal, &route, self.propose_inner(proposal, registers, acknowledge)).await
+    }
+
+    async fn propose_inner(
+        &mut self,
+        proposal: &Fragment,
+        registers: &LabelSet,
+        acknowledge: bool,
+    ) -> Result<(), RpcError> {
+        let first = std::mem::replace(&mut self.first, false);
+        let mut req = ReplicateRequest {
+            proposal: Some(proposal.clone()),
+            registers: Some(registers.clone()),
+            acknowledge,
+            ..Default::default()
+        };
+        if !first {
+            return self.scatter(encode_frame(&req)).await;
+        }
+        req.deprecated_journal = proposal.journal.clone();
+        for peer in &mut self.peers {
+            let mut header = self.header.clone();
+            header.process_id = Some(peer.id.clone());
+            req.header = Some(header);
+            peer.call
+                .sender
+                .send_frame(encode_frame(&req), false)
+                .await
+                .map_err(|e| peer_err(&peer.id, "sending", e))?;
+        }
+        Ok(())
+    }
+
+    /// Streams `content`, of which `delta` bytes of this append were already sent.
+    pub async fn content(
+        &mut self,
+        core: &Core,
+        journal: &str,
+        content: &bytes::Bytes,
+        delta: i64,
+    ) -> Result<(), RpcError> {
+        if self.peers.is_empty() {
+            return Ok(());
+        }
+        let req = ReplicateRequest {
+            content: content.clone(),
+            content_delta: delta,
+            ..Default::default()
+        };
+        let route = self.route.clone();
+        guard(core, journal, &route, self.scatter(encode_frame(&req))).await
+    }
+
+    async fn scatter(&mut self, frame: bytes::Bytes) -> Result<(), RpcError> {
+        for peer in &mut self.peers {
+            peer.call
+                .sender
+                .send_frame(frame.clone(), false)
+                .await
+                .map_err(|e| peer_err(&peer.id, "sending", e))?;
+        }
+        Ok(())
+    }
+
+    /// Reads one response from every peer, in route order.
+    async fn gather(&mut self) -> Result<Vec<ReplicateResponse>, RpcError> {
+        let mut out = Vec::with_capacity(self.peers.len());
+        for peer in &mut self.peers {
+            match peer.call.next::<ReplicateResponse>().await {
+                Ok(Some(resp)) => out.push(resp),
+                Ok(None) => {
+                    return Err(RpcError::unknown(format!(
+                        "replication to {}: unexpected EOF",
+                        describe(&peer.id)
+                    )));
+                }
+                Err(e) => return Err(peer_err(&peer.id, "receiving", e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the peers' answers to a sync proposal and decides (Gazette's gatherSync):
+    /// PROPOSAL_MISMATCH from a peer ahead of `ours` rolls everyone to its end with its
+    /// registers; from a peer that rolled to our end without our content, rolls everyone
+    /// to an empty fragment there; WRONG_ROUTE with a later revision re-resolves.
+    pub async fn gather_sync(&mut self, core: &Core, ours: &Fragment) -> Result<Synced, RpcError> {
+        let route = self.route.clone();
+        let responses = guard(core, &ours.journal, &route, self.gather()).await?;
+        let mut roll_to = 0i64;
+        let mut roll_registers = None;
+        let mut read_through = 0i64;
+        for (peer, resp) in self.peers.iter().zip(responses) {
+            match Status::try_from(resp.status).unwrap_or(Status::Ok) {
+                Status::Ok => {}
+                Status::WrongRoute => {
+                    let hdr = resp.header.clone().unwrap_or_default();
+                    let rev = hdr.etcd.map_or(0, |e| e.revision);
+                    let mine = self.header.etcd.map_or(0, |e| e.revision);
+                    if !equivalent(&hdr.route.unwrap_or_default(), &self.route) && rev > mine {
+                        read_through = read_through.max(rev);
+                    } else {
+                        return Err(RpcError::unknown(format!(
+                            "replication to {}: unexpected WRONG_ROUTE",
+                            describe(&peer.id)
+                        )));
+                    }
+                }
+                Status::ProposalMismatch => {
+                    let theirs = resp.fragment.clone().unwrap_or_default();
+                    if theirs.end > ours.end {
+                        if theirs.end > roll_to {
+                            roll_to = theirs.end;
+                            roll_registers = Some(resp.registers.clone().unwrap_or_default());
+                        }
+                    } else if theirs.end == ours.end && theirs.begin == theirs.end {
+                        roll_to = roll_to.max(theirs.end);
+                    } else {
+                        return Err(RpcError::unknown(format!(
+                            "replication to {}: unexpected PROPOSAL_MISMATCH: [{}, {})",
+                            describe(&peer.id),
+                            theirs.begin,
+                            theirs.end
+                        )));
+                    }
+                }
+                other => {
+                    return Err(RpcError::unknown(format!(
+                        "replication to {}: unexpected status {other:?}",
+                        describe(&peer.id)
+                    )));
+                }
+            }
+        }
+        if roll_to != 0 {
+            return Ok(Synced::RollTo {
+                end: roll_to,
+                registers: roll_registers,
+            });
+        }
+        if read_through != 0 {
+            return Ok(Synced::ReadThrough(read_through));
+        }
+        Ok(Synced::Ok)
+    }
+
+    /// Reads the peers' acknowledgements of a commit proposal: all must be OK.
+    pub async fn gather_ok(&mut self, core: &Core, journal: &str) -> Result<(), RpcError> {
+        let route = self.route.clone();
+        let responses = guard(core, journal, &route, self.gather()).await?;
+        for (peer, resp) in self.peers.iter().zip(responses) {
+            if resp.status != Status::Ok as i32 {
+                return Err(RpcError::unknown(format!(
+                    "replication to {}: commit not acknowledged: {:?}",
+                    describe(&peer.id),
+                    Status::try_from(resp.status).unwrap_or(Status::Ok)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the pipeline gracefully: each replica rolls back anything uncommitted and
+    /// releases its spool.
+    pub fn close(mut self) {
+        for peer in &mut self.peers {
+            let _ = peer.call.sender.close();
+        }
+    }
+
+}
+
+/// Runs a pipeline operation until it completes or the journal's Route stops matching the
+/// pipeline's (a peer that stalls while the allocator moves on must not hold the append).
+async fn guard<T>(
+    core: &Core,
+    journal: &str,
+    route: &Route,
+    op: impl std::future::Future<Output = Result<T, RpcError>>,
+) -> Result<T, RpcError> {
+    let changed = async {
+        let mut rx = core.keyspace.subscribe();
+        loop {
+            let snap = rx.borrow_and_update().clone();
+            if !equivalent(&resolver::route_of_journal(core, &snap, journal), route) {
+                return Err(RpcError::unknown(
+                    "replication pipeline: the journal's route changed",
+                ));
+            }
+            if rx.changed().await.is_err() {
+                return futures_lite::future::pending().await;
+            }
+        }
+    };
+    futures_lite::future::or(op, changed).await
+}
+
+fn describe(id: &Id) -> String {
+    format!("{}#{}", id.zone, id.suffix)
+}
+
+fn peer_err(id: &Id, what: &str, e: RpcError) -> RpcError {
+    RpcError::unknown(format!("replication to {} ({what}): {}", describe(id), e.message))
+}
