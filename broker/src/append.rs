@@ -11,16 +11,16 @@ use crate::flow::MinRate;
 use crate::pipeline::{MAX_SYNC_ROUNDS, Pipeline, Synced};
 use crate::replica::Replica;
 use crate::resolver::{self, Args, Resolution};
-use std::cmp::Ordering;
-use storage::spool::Spool;
 use protocol::append_request::Suspend as SuspendMode;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::validate::Validate;
 use protocol::{AppendRequest, AppendResponse, Fragment, JournalSpec, LabelSet, Status};
 use sha1::{Digest, Sha1};
+use std::cmp::Ordering;
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use storage::spool::Spool;
 
 pub async fn append(
     core: &Rc<Core>,
@@ -56,8 +56,13 @@ pub async fn append(
                     continue;
                 }
                 Ordering::Less => {
-                    return respond_status(out, Status::InsufficientJournalBrokers, res.header, None)
-                        .await;
+                    return respond_status(
+                        out,
+                        Status::InsufficientJournalBrokers,
+                        res.header,
+                        None,
+                    )
+                    .await;
                 }
                 Ordering::Equal => {}
             }
@@ -124,7 +129,8 @@ pub async fn append(
         break (res, spool, pln);
     };
     let replica = slot.as_ref().expect("set before the spool was taken");
-    let outcome = validate_and_stream(core, &req, res, replica, &mut spool, &mut pln, input, out).await;
+    let outcome =
+        validate_and_stream(core, &req, res, replica, &mut spool, &mut pln, input, out).await;
     match outcome {
         Ok(()) => {
             replica.pipeline.replace(Some(pln));
@@ -228,7 +234,7 @@ async fn validate_and_stream(
         SuspendMode::IfFlushed | SuspendMode::Now => {
             if level != Level::Full && index_min == index_max {
                 update_suspend(core, &res, Level::Full, spool_end).await?;
-                let res = resolve(core, &req).await?;
+                let res = resolve(core, req).await?;
                 return respond_status(out, res.status, res.header, None).await;
             }
             // The index is "clean" when its last fragment has been persisted for longer
@@ -302,7 +308,8 @@ async fn validate_and_stream(
             }
             min_rate.on_bytes(chunk.content.len());
             summer.update(&chunk.content);
-            pln.content(core, &res.journal, &chunk.content, appended).await?;
+            pln.content(core, &res.journal, &chunk.content, appended)
+                .await?;
             spool.write(&chunk.content).await.map_err(storage_err)?;
             appended += chunk.content.len() as i64;
         }
@@ -337,7 +344,8 @@ async fn validate_and_stream(
         spool.fragment().clone()
     } else {
         if pln.has_peers() {
-            pln.propose(core, &spool.next(), &next_registers, true).await?;
+            pln.propose(core, &spool.next(), &next_registers, true)
+                .await?;
             pln.gather_ok(core, &res.journal).await?;
         }
         let committed = match spool.commit(next_registers).await {
@@ -539,25 +547,10 @@ fn replication_gap(core: &Core, res: &Resolution) -> Ordering {
         return Ordering::Equal;
     }
     let members = res.header.route.as_ref().map_or(0, |r| r.members.len());
-    let desired = res
-        .spec
-        .as_ref()
-        .map_or(0, |s| desired_replication(s, core.cfg.max_replication));
+    let desired = res.spec.as_ref().map_or(0, |s| {
+        crate::allocator::desired_replication(s, core.cfg.max_replication.max(0) as u32)
+    });
     members.cmp(&desired)
-}
-
-/// Gazette's `JournalSpec.DesiredReplication`: one replica while partially suspended, none
-/// when fully suspended, never more than `--broker.max-replication`.
-pub fn desired_replication(spec: &JournalSpec, max_replication: i32) -> usize {
-    let level = spec.suspend.as_ref().map_or(0, |s| s.level);
-    let r = if level == Level::Partial as i32 {
-        1
-    } else if level == Level::Full as i32 {
-        0
-    } else {
-        spec.replication
-    };
-    r.clamp(0, max_replication.max(0)) as usize
 }
 
 async fn resolve(core: &Rc<Core>, req: &AppendRequest) -> Result<Resolution, RpcError> {

@@ -20,6 +20,7 @@ mod metrics;
 mod peer;
 mod pipeline;
 mod proxy;
+mod pulse;
 mod read;
 mod replica;
 mod replicate;

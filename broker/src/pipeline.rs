@@ -59,7 +59,11 @@ impl Pipeline {
             }
             let endpoint = route.endpoints.get(i).cloned().unwrap_or_default();
             let channel = core.peer_channel(&endpoint).await.map_err(|e| {
-                RpcError::unknown(format!("replication to {}: {}", describe(member), e.message))
+                RpcError::unknown(format!(
+                    "replication to {}: {}",
+                    describe(member),
+                    e.message
+                ))
             })?;
             let call = match channel.call("/protocol.Journal/Replicate").await {
                 Ok(call) => call,
@@ -105,7 +109,13 @@ impl Pipeline {
     ) -> Result<(), RpcError> {
         let route = self.route.clone();
         let journal = proposal.journal.clone();
-        guard(core, &journal, &route, self.propose_inner(proposal, registers, acknowledge)).await
+        guard(
+            core,
+            &journal,
+            &route,
+            self.propose_inner(proposal, registers, acknowledge),
+        )
+        .await
     }
 
     async fn propose_inner(
@@ -274,7 +284,6 @@ impl Pipeline {
             let _ = peer.call.sender.close();
         }
     }
-
 }
 
 /// Runs a pipeline operation until it completes or the journal's Route stops matching the
@@ -307,5 +316,9 @@ fn describe(id: &Id) -> String {
 }
 
 fn peer_err(id: &Id, what: &str, e: RpcError) -> RpcError {
-    RpcError::unknown(format!("replication to {} ({what}): {}", describe(id), e.message))
+    RpcError::unknown(format!(
+        "replication to {} ({what}): {}",
+        describe(id),
+        e.message
+    ))
 }

@@ -18,9 +18,8 @@ use std::rc::Rc;
 /// (the primary), else a member in our own zone, else the first member.
 pub fn target(core: &Core, header: &Header) -> Result<String, RpcError> {
     let route = header.route.clone().unwrap_or_default();
-    let pick = |i: usize| -> Option<String> {
-        route.endpoints.get(i).filter(|e| !e.is_empty()).cloned()
-    };
+    let pick =
+        |i: usize| -> Option<String> { route.endpoints.get(i).filter(|e| !e.is_empty()).cloned() };
     let index = match header.process_id.as_ref().filter(|p| !is_zero(p)) {
         Some(pid) => route.members.iter().position(|m| m == pid),
         None => route
@@ -87,11 +86,12 @@ where
             Msg(Result<Option<M>, RpcError>),
             ClientGone,
         }
-        let step = futures_lite::future::or(async { Step::Msg(call.next::<Resp>().await) }, async {
-            out.cancelled().await;
-            Step::ClientGone
-        })
-        .await;
+        let step =
+            futures_lite::future::or(async { Step::Msg(call.next::<Resp>().await) }, async {
+                out.cancelled().await;
+                Step::ClientGone
+            })
+            .await;
         match step {
             Step::Msg(Ok(Some(msg))) => out.send(&msg).await?,
             Step::Msg(Ok(None)) => return Ok(()),

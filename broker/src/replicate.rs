@@ -58,7 +58,10 @@ pub async fn replicate(
         if res.status != Status::Ok {
             return respond(out, res.status, Some(res.header)).await;
         }
-        if !equivalent(res.header.route.as_ref().unwrap_or(&Route::default()), &theirs) {
+        if !equivalent(
+            res.header.route.as_ref().unwrap_or(&Route::default()),
+            &theirs,
+        ) {
             return respond(out, Status::WrongRoute, Some(res.header)).await;
         }
         slot = Some(core.replica(&res.journal).await?);
@@ -92,10 +95,10 @@ pub async fn replicate(
     changes.borrow_and_update();
     loop {
         enum Step {
-            Msg(Result<Option<ReplicateRequest>, RpcError>),
+            Msg(Box<Result<Option<ReplicateRequest>, RpcError>>),
             RouteChanged,
         }
-        let step = future::or(async { Step::Msg(input.next().await) }, async {
+        let step = future::or(async { Step::Msg(Box::new(input.next().await)) }, async {
             loop {
                 if changes.changed().await.is_err() {
                     return future::pending().await;
@@ -107,23 +110,26 @@ pub async fn replicate(
             }
         })
         .await;
-        let req = match step {
+        let msg = match step {
+            Step::Msg(msg) => *msg,
             Step::RouteChanged => {
                 spool.rollback();
                 return Err(RpcError::unknown(format!(
                     "replication of {journal}: the journal's route changed; this pipeline is stale"
                 )));
             }
-            Step::Msg(Err(err)) => {
+        };
+        let req = match msg {
+            Err(err) => {
                 spool.rollback();
                 return Err(err);
             }
-            Step::Msg(Ok(None)) => {
+            Ok(None) => {
                 // The primary closed its pipeline: forget anything uncommitted.
                 spool.rollback();
                 return Ok(());
             }
-            Step::Msg(Ok(Some(req))) => req,
+            Ok(Some(req)) => req,
         };
         if let Err(e) = req.validate() {
             spool.rollback();
@@ -214,7 +220,11 @@ fn no_ack_error(resp: &ReplicateResponse) -> RpcError {
     ))
 }
 
-async fn respond(out: &mut CallOut, status: Status, header: Option<Header>) -> Result<(), RpcError> {
+async fn respond(
+    out: &mut CallOut,
+    status: Status,
+    header: Option<Header>,
+) -> Result<(), RpcError> {
     out.send(&ReplicateResponse {
         status: status as i32,
         header,

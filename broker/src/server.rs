@@ -126,6 +126,17 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                 glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
                 glommio::spawn_local(core.clone().watch_keyspace()).detach();
                 glommio::spawn_local(close_on_shutdown(core.clone())).detach();
+                glommio::spawn_local(crate::pulse::run(core.clone())).detach();
+                if index == 0 && core.keyspace.current().cluster {
+                    // The allocator runs on every broker; only the leader acts.
+                    glommio::spawn_local(crate::allocator::run(
+                        core.keyspace.clone(),
+                        core.cfg.etcd_prefix.clone(),
+                        (core.process_id.zone.clone(), core.process_id.suffix.clone()),
+                        core.cfg.max_replication.max(0) as u32,
+                    ))
+                    .detach();
+                }
                 if index == 0
                     && let Some(port) = core.cfg.debug_port
                 {

@@ -575,7 +575,7 @@ impl std::fmt::Display for ContentError {
 /// Gazette's Fragment equality over its eight fields; an absent sum equals the zero sum
 /// (Go always sends one, prost decodes it as present).
 pub fn same_fragment(a: &Fragment, b: &Fragment) -> bool {
-    let sum = |f: &Fragment| f.sum.clone().unwrap_or_default();
+    let sum = |f: &Fragment| f.sum.unwrap_or_default();
     a.journal == b.journal
         && a.begin == b.begin
         && a.end == b.end
@@ -851,7 +851,10 @@ mod tests {
             let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
             let none = LabelSet::default();
             // Sync proposal of the empty fragment: OK.
-            let (ok, done) = spool.apply_proposal(&frag(0, 0, b"", Raw), &none).await.unwrap();
+            let (ok, done) = spool
+                .apply_proposal(&frag(0, 0, b"", Raw), &none)
+                .await
+                .unwrap();
             assert!(ok && done.is_none());
             spool.apply_content(&b("foobar"), 0).await.unwrap();
             let err = spool.apply_content(&b("x"), 2).await.unwrap_err();
@@ -860,7 +863,10 @@ mod tests {
             let regs = labels(&[("reg", "value")]);
             let p = frag(0, 13, b"foobarbazbing", Raw);
             // A wrong sum over the pending content: mismatch, nothing changes.
-            let (ok, _) = spool.apply_proposal(&frag(0, 13, b"foobarbazbinG", Raw), &regs).await.unwrap();
+            let (ok, _) = spool
+                .apply_proposal(&frag(0, 13, b"foobarbazbinG", Raw), &regs)
+                .await
+                .unwrap();
             assert!(!ok);
             assert_eq!(spool.delta(), 13);
             let (ok, _) = spool.apply_proposal(&p, &regs).await.unwrap();
@@ -901,7 +907,10 @@ mod tests {
             assert_eq!(spool.fragment().compression_codec, Gzip as i32);
 
             // A roll proposal at a greater offset: OK, registers adopted.
-            let (ok, _) = spool.apply_proposal(&frag(30, 30, b"", Raw), &regs).await.unwrap();
+            let (ok, _) = spool
+                .apply_proposal(&frag(30, 30, b"", Raw), &regs)
+                .await
+                .unwrap();
             assert!(ok);
             assert_eq!(spool.registers(), &regs);
             assert_eq!(spool.fragment().begin, 30);

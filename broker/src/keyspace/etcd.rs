@@ -18,7 +18,8 @@
 //! `--broker.watch-delay`, 30 ms), and each applied response clones the key map.
 
 use super::{
-    Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items, decode_members,
+    Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items,
+    decode_members,
 };
 use crate::control::ControlMsg;
 use bytes::Bytes;
