@@ -204,61 +204,9 @@ impl Pipeline {
     pub async fn gather_sync(&mut self, core: &Core, ours: &Fragment) -> Result<Synced, RpcError> {
         let route = self.route.clone();
         let responses = guard(core, &ours.journal, &route, self.gather()).await?;
-        let mut roll_to = 0i64;
-        let mut roll_registers = None;
-        let mut read_through = 0i64;
-        for (peer, resp) in self.peers.iter().zip(responses) {
-            match Status::try_from(resp.status).unwrap_or(Status::Ok) {
-                Status::Ok => {}
-                Status::WrongRoute => {
-                    let hdr = resp.header.clone().unwrap_or_default();
-                    let rev = hdr.etcd.map_or(0, |e| e.revision);
-                    let mine = self.header.etcd.map_or(0, |e| e.revision);
-                    if !equivalent(&hdr.route.unwrap_or_default(), &self.route) && rev > mine {
-                        read_through = read_through.max(rev);
-                    } else {
-                        return Err(RpcError::unknown(format!(
-                            "replication to {}: unexpected WRONG_ROUTE",
-                            describe(&peer.id)
-                        )));
-                    }
-                }
-                Status::ProposalMismatch => {
-                    let theirs = resp.fragment.clone().unwrap_or_default();
-                    if theirs.end > ours.end {
-                        if theirs.end > roll_to {
-                            roll_to = theirs.end;
-                            roll_registers = Some(resp.registers.clone().unwrap_or_default());
-                        }
-                    } else if theirs.end == ours.end && theirs.begin == theirs.end {
-                        roll_to = roll_to.max(theirs.end);
-                    } else {
-                        return Err(RpcError::unknown(format!(
-                            "replication to {}: unexpected PROPOSAL_MISMATCH: [{}, {})",
-                            describe(&peer.id),
-                            theirs.begin,
-                            theirs.end
-                        )));
-                    }
-                }
-                other => {
-                    return Err(RpcError::unknown(format!(
-                        "replication to {}: unexpected status {other:?}",
-                        describe(&peer.id)
-                    )));
-                }
-            }
-        }
-        if roll_to != 0 {
-            return Ok(Synced::RollTo {
-                end: roll_to,
-                registers: roll_registers,
-            });
-        }
-        if read_through != 0 {
-            return Ok(Synced::ReadThrough(read_through));
-        }
-        Ok(Synced::Ok)
+        let peers: Vec<Id> = self.peers.iter().map(|p| p.id.clone()).collect();
+        let revision = self.header.etcd.map_or(0, |e| e.revision);
+        decide_sync(ours, &self.route, revision, &peers, &responses).map_err(RpcError::unknown)
     }
 
     /// Reads the peers' acknowledgements of a commit proposal: all must be OK.
@@ -284,6 +232,74 @@ impl Pipeline {
             let _ = peer.call.sender.close();
         }
     }
+}
+
+/// Gazette's gatherSync decision over the peers' answers to a sync proposal of `ours`
+/// (the pipeline was built for `route` at keyspace `revision`): PROPOSAL_MISMATCH from a peer
+/// ahead of us rolls everyone to its end with its registers; from a peer that rolled to our
+/// end without our content, rolls everyone to an empty fragment there; WRONG_ROUTE with a
+/// different Route at a later revision re-resolves; anything else is an error.
+pub fn decide_sync(
+    ours: &Fragment,
+    route: &Route,
+    revision: i64,
+    peers: &[Id],
+    responses: &[ReplicateResponse],
+) -> Result<Synced, String> {
+    let mut roll_to = 0i64;
+    let mut roll_registers = None;
+    let mut read_through = 0i64;
+    for (peer, resp) in peers.iter().zip(responses) {
+        match Status::try_from(resp.status) {
+            Ok(Status::Ok) => {}
+            Ok(Status::WrongRoute) => {
+                let hdr = resp.header.clone().unwrap_or_default();
+                let rev = hdr.etcd.map_or(0, |e| e.revision);
+                if !equivalent(&hdr.route.unwrap_or_default(), route) && rev > revision {
+                    read_through = read_through.max(rev);
+                } else {
+                    return Err(format!(
+                        "replication to {}: unexpected WRONG_ROUTE",
+                        describe(peer)
+                    ));
+                }
+            }
+            Ok(Status::ProposalMismatch) => {
+                let theirs = resp.fragment.clone().unwrap_or_default();
+                if theirs.end > ours.end {
+                    if theirs.end > roll_to {
+                        roll_to = theirs.end;
+                        roll_registers = Some(resp.registers.clone().unwrap_or_default());
+                    }
+                } else if theirs.end == ours.end && theirs.begin == theirs.end {
+                    roll_to = roll_to.max(theirs.end);
+                } else {
+                    return Err(format!(
+                        "replication to {}: unexpected PROPOSAL_MISMATCH: [{}, {})",
+                        describe(peer),
+                        theirs.begin,
+                        theirs.end
+                    ));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "replication to {}: unexpected status {other:?}",
+                    describe(peer)
+                ));
+            }
+        }
+    }
+    if roll_to != 0 {
+        return Ok(Synced::RollTo {
+            end: roll_to,
+            registers: roll_registers,
+        });
+    }
+    if read_through != 0 {
+        return Ok(Synced::ReadThrough(read_through));
+    }
+    Ok(Synced::Ok)
 }
 
 /// Runs a pipeline operation until it completes or the journal's Route stops matching the

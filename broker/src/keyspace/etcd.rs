@@ -46,6 +46,9 @@ pub struct Config {
 pub struct Etcd {
     client: Client,
     root: String,
+    /// This broker's member key and announced spec (for `exiting`).
+    member_key: String,
+    member: BrokerSpec,
     lease: i64,
     lease_ttl: Duration,
     snapshot: Arc<Snapshot>,
@@ -115,8 +118,17 @@ impl Etcd {
             if holder == Some(lease) {
                 break rev;
             }
-            tracing::warn!(%key, ?holder, "member key is held by another lease; retrying in 10s");
-            tokio::time::sleep(Duration::from_secs(10)).await;
+            // Retry well within our own lease's TTL (Gazette waits 10 s, which would let a
+            // short lease lapse), renewing it first.
+            let wait = keep_alive_interval(cfg.lease_ttl).min(Duration::from_secs(10));
+            tracing::warn!(%key, ?holder, ?wait, "member key is held by another lease (a previous process?); retrying");
+            let (mut keeper, mut responses) = client
+                .lease_keep_alive(lease)
+                .await
+                .map_err(err("lease keep-alive"))?;
+            keeper.keep_alive().await.map_err(err("lease keep-alive"))?;
+            let _ = responses.message().await;
+            tokio::time::sleep(wait).await;
         };
 
         let resp = client
@@ -155,9 +167,12 @@ impl Etcd {
             %key, lease, revision = announce_rev, keys = snapshot.keys.len(),
             "announced to etcd and loaded the keyspace"
         );
+        crate::shutdown::enable_exit_drain();
         Ok(Etcd {
             client,
             root: cfg.root.clone(),
+            member_key: key.clone(),
+            member: cfg.member.clone(),
             lease,
             lease_ttl: cfg.lease_ttl,
             resume: announce_rev + 1,
@@ -211,6 +226,48 @@ impl Etcd {
             succeeded: resp.succeeded(),
             revision,
         })
+    }
+
+    /// Rewrites this broker's member key with `exiting = true` (guarded by its revision),
+    /// which tells the allocator to move its assignments away.
+    async fn announce_exiting(&mut self) -> Result<(), String> {
+        let Some(kv) = self.snapshot.keys.get(&self.member_key) else {
+            return Err("our member key is gone".to_string());
+        };
+        let mut spec = self.member.clone();
+        spec.exiting = true;
+        let value = prost::Message::encode_to_vec(&spec);
+        let txn = Txn::new()
+            .when([EtcdCompare::mod_revision(
+                self.member_key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision,
+            )])
+            .and_then([TxnOp::put(
+                self.member_key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(self.lease)),
+            )]);
+        let resp = self.client.txn(txn).await.map_err(err("exiting txn"))?;
+        if !resp.succeeded() {
+            return Err("our member key changed concurrently".to_string());
+        }
+        Ok(())
+    }
+
+    /// Whether any assignment names this broker.
+    fn holds_assignments(&self) -> bool {
+        let id = self
+            .member
+            .process_spec
+            .as_ref()
+            .and_then(|p| p.id.as_ref());
+        let Some(id) = id else { return false };
+        self.snapshot
+            .assignments
+            .values()
+            .flatten()
+            .any(|a| a.zone == id.zone && a.suffix == id.suffix)
     }
 
     async fn watch(&mut self) -> Result<WatchStream, String> {
@@ -314,6 +371,8 @@ impl Etcd {
         let mut tick = tokio::time::interval(keep_alive_interval(self.lease_ttl));
         let mut stage = crate::shutdown::subscribe();
         let mut revoked = false;
+        let mut exiting = false;
+        let mut exit_stage = crate::shutdown::subscribe();
 
         loop {
             if stream.is_none() {
@@ -351,6 +410,9 @@ impl Etcd {
                         Ok(true) => {
                             attempt = 0;
                             watch_tx.send_replace(self.snapshot());
+                            if exiting && !self.holds_assignments() {
+                                crate::shutdown::set_drained();
+                            }
                             let rev = self.snapshot.revision;
                             for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
                                 let _ = reply.send(Ok(o));
@@ -386,6 +448,16 @@ impl Etcd {
                         }
                     }
                 },
+                _ = crate::shutdown::reached(&mut exit_stage, crate::shutdown::Stage::Exiting), if !exiting => {
+                    exiting = true;
+                    match self.announce_exiting().await {
+                        Ok(()) => tracing::info!("announced exiting to etcd"),
+                        Err(e) => tracing::warn!(%e, "announcing exiting to etcd"),
+                    }
+                    if !self.holds_assignments() {
+                        crate::shutdown::set_drained();
+                    }
+                }
                 _ = crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing), if !revoked => {
                     // Revoking deletes our member key (and any assignment under our lease).
                     revoked = true;
