@@ -255,7 +255,8 @@ impl Etcd {
         Ok(())
     }
 
-    /// Whether any assignment names this broker.
+    /// Whether any assignment names this broker while another broker could take it over
+    /// (with no other member that is not exiting, waiting would only delay the exit).
     fn holds_assignments(&self) -> bool {
         let id = self
             .member
@@ -263,11 +264,18 @@ impl Etcd {
             .as_ref()
             .and_then(|p| p.id.as_ref());
         let Some(id) = id else { return false };
-        self.snapshot
-            .assignments
-            .values()
-            .flatten()
-            .any(|a| a.zone == id.zone && a.suffix == id.suffix)
+        let others = self.snapshot.members.iter().any(|((zone, suffix), m)| {
+            (zone != &id.zone || suffix != &id.suffix)
+                && !m.spec.exiting
+                && m.spec.journal_limit > 0
+        });
+        others
+            && self
+                .snapshot
+                .assignments
+                .values()
+                .flatten()
+                .any(|a| a.zone == id.zone && a.suffix == id.suffix)
     }
 
     async fn watch(&mut self) -> Result<WatchStream, String> {
