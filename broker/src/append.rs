@@ -91,7 +91,7 @@ pub async fn append(
                 if let Some(stale) = other {
                     stale.close();
                 }
-                Pipeline::open(core, &res.header).await?
+                Pipeline::open(core, &res.journal, &res.header).await?
             }
         };
         match sync(core, replica, &mut spool, &mut pln, &spec).await {

@@ -77,10 +77,16 @@ pub async fn answer_out_of_scope(core: &Core, first: &FirstRequest, mut out: Out
     out.finish(sent);
 }
 
+/// Lifetime of the tokens this broker signs for its own calls to peers (a Replicate
+/// stream may live as long as the pipeline: its deadline is the token's expiry).
+const PEER_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// The broker's verifier. `keys` empty means authorization is off (everything allowed).
 pub struct Auth {
     keys: Vec<DecodingKey>,
     allow_missing: bool,
+    /// The first key, which signs this broker's calls to its peers.
+    signing: Option<Vec<u8>>,
 }
 
 impl Auth {
@@ -96,11 +102,13 @@ impl Auth {
             return Ok(Auth {
                 keys: Vec::new(),
                 allow_missing: false,
+                signing: None,
             });
         }
         install_provider();
         let mut keys = Vec::new();
         let mut allow_missing = false;
+        let mut signing = None;
         for (i, field) in fields.iter().enumerate() {
             if *field == "AA==" {
                 allow_missing = true;
@@ -112,6 +120,7 @@ impl Auth {
             let key = DecodingKey::from_secret(&raw)
                 .map_err(|e| format!("failed to use key at index {i}: {e}"))?;
             keys.push(key);
+            signing.get_or_insert(raw);
         }
         if keys.is_empty() {
             return Err("at least one key must be provided".into());
@@ -119,6 +128,7 @@ impl Auth {
         Ok(Auth {
             keys,
             allow_missing,
+            signing,
         })
     }
 
@@ -129,6 +139,16 @@ impl Auth {
             Some(require) => self.verify(metadata, require),
             None => Ok(Claims::all()),
         }
+    }
+
+    /// The `authorization` value for a call to a peer with `capability` on `journal`
+    /// (`None` when authorization is off).
+    pub fn peer_token(&self, capability: u32, journal: &str) -> Option<http::HeaderValue> {
+        let key = self.signing.as_ref()?;
+        let token = crate::jwt::sign(key, capability, journal, PEER_TOKEN_TTL)
+            .map_err(|e| tracing::warn!(%e, "signing a peer token"))
+            .ok()?;
+        http::HeaderValue::from_str(&format!("Bearer {token}")).ok()
     }
 
     pub fn enabled(&self) -> bool {

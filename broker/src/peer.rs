@@ -88,6 +88,25 @@ impl Core {
         Ok(channel)
     }
 
+    /// Starts `path` on the broker at `endpoint`, authorized (when `--broker.auth-keys` is
+    /// set) by a token this broker signs for `capability` on `journal` alone. A failure to
+    /// start the call forgets the connection, so the next call dials again.
+    pub async fn peer_call(
+        self: &Rc<Self>,
+        endpoint: &str,
+        path: &str,
+        capability: u32,
+        journal: &str,
+    ) -> Result<protocol::grpc::ClientCall, RpcError> {
+        let mut channel = self.peer_channel(endpoint).await?;
+        if let Some(token) = self.auth.peer_token(capability, journal) {
+            channel = channel.with_metadata("authorization", token);
+        }
+        channel.call(path).await.inspect_err(|_| {
+            self.drop_peer_channel(endpoint);
+        })
+    }
+
     /// Forgets the connection to `endpoint` (after a call on it failed at the transport).
     pub fn drop_peer_channel(&self, endpoint: &str) {
         self.peer_channels.conns.borrow_mut().remove(endpoint);

@@ -50,7 +50,11 @@ pub enum Synced {
 
 impl Pipeline {
     /// Opens a Replicate stream to every member of `header.route` other than this broker.
-    pub async fn open(core: &Rc<Core>, header: &Header) -> Result<Pipeline, RpcError> {
+    pub async fn open(
+        core: &Rc<Core>,
+        journal: &str,
+        header: &Header,
+    ) -> Result<Pipeline, RpcError> {
         let route = header.route.clone().unwrap_or_default();
         let mut peers = Vec::new();
         for (i, member) in route.members.iter().enumerate() {
@@ -58,24 +62,21 @@ impl Pipeline {
                 continue;
             }
             let endpoint = route.endpoints.get(i).cloned().unwrap_or_default();
-            let channel = core.peer_channel(&endpoint).await.map_err(|e| {
-                RpcError::unknown(format!(
-                    "replication to {}: {}",
-                    describe(member),
-                    e.message
-                ))
-            })?;
-            let call = match channel.call("/protocol.Journal/Replicate").await {
-                Ok(call) => call,
-                Err(e) => {
-                    core.drop_peer_channel(&endpoint);
-                    return Err(RpcError::unknown(format!(
+            let call = core
+                .peer_call(
+                    &endpoint,
+                    "/protocol.Journal/Replicate",
+                    crate::jwt::REPLICATE,
+                    journal,
+                )
+                .await
+                .map_err(|e| {
+                    RpcError::unknown(format!(
                         "replication to {}: {}",
                         describe(member),
                         e.message
-                    )));
-                }
-            };
+                    ))
+                })?;
             peers.push(Peer {
                 id: member.clone(),
                 call,

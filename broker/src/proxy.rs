@@ -9,7 +9,7 @@
 
 use crate::call::{CallIn, CallOut};
 use crate::core::Core;
-use protocol::grpc::{ClientCall, RpcError};
+use protocol::grpc::RpcError;
 use protocol::process_spec::Id;
 use protocol::{AppendRequest, AppendResponse, Header, Route};
 use std::rc::Rc;
@@ -49,23 +49,11 @@ fn describe_route(route: &Route) -> String {
     format!("[{}] primary {}", members.join(", "), route.primary)
 }
 
-/// Starts `path` on the peer at `endpoint`; a dial or transport failure forgets the
-/// connection so the next call dials again.
-async fn open(core: &Rc<Core>, endpoint: &str, path: &str) -> Result<ClientCall, RpcError> {
-    let channel = core.peer_channel(endpoint).await?;
-    match channel.call(path).await {
-        Ok(call) => Ok(call),
-        Err(err) => {
-            core.drop_peer_channel(endpoint);
-            Err(err)
-        }
-    }
-}
-
 /// Relays a server-streaming call (Read, ListFragments) whose first request is `req`.
 pub async fn server_streaming<Req, Resp>(
     core: &Rc<Core>,
     path: &str,
+    journal: &str,
     header: &Header,
     req: &Req,
     out: &mut CallOut,
@@ -75,7 +63,9 @@ where
     Resp: prost::Message + Default,
 {
     let endpoint = target(core, header)?;
-    let mut call = open(core, &endpoint, path).await?;
+    let mut call = core
+        .peer_call(&endpoint, path, crate::jwt::READ, journal)
+        .await?;
     // A failed send is reported by the response side.
     let _ = call
         .sender
@@ -112,7 +102,15 @@ pub async fn append(
 ) -> Result<(), RpcError> {
     let endpoint = target(core, &header)?;
     first.header = Some(header);
-    let mut call = open(core, &endpoint, "/protocol.Journal/Append").await?;
+    let journal = first.journal.clone();
+    let mut call = core
+        .peer_call(
+            &endpoint,
+            "/protocol.Journal/Append",
+            crate::jwt::APPEND,
+            &journal,
+        )
+        .await?;
     // Requests flow until the client half-closes; the response may come earlier (e.g.
     // NOT_ALLOWED on the first chunk), which ends the relay.
     let relay_requests = async {

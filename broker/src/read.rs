@@ -75,6 +75,7 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         return crate::proxy::server_streaming::<_, ReadResponse>(
             core,
             "/protocol.Journal/Read",
+            &res.journal,
             &header,
             &req,
             out,
@@ -362,6 +363,7 @@ pub async fn list_fragments(
         return crate::proxy::server_streaming::<_, FragmentsResponse>(
             core,
             "/protocol.Journal/ListFragments",
+            &res.journal,
             &res.header,
             &req,
             out,
