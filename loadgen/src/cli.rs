@@ -128,6 +128,11 @@ pub struct Args {
     #[arg(long)]
     pub threads: Option<usize>,
 
+    /// Send every append to the broker dialed, even in a cluster (by default each
+    /// journal's appends go to its primary, as Gazette's route-caching clients do).
+    #[arg(long)]
+    pub no_route: bool,
+
     /// Write the report as JSON (OpenMessaging Benchmark field names) to this path.
     #[arg(long)]
     pub json: Option<PathBuf>,

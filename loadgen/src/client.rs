@@ -253,11 +253,13 @@ pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<Stri
 /// Retries a zero-byte Append until the journal accepts appends (it has a primary and a
 /// full route) or `deadline` passes. Gazette's brokers run the same empty append as their
 /// per-journal "pulse", so it changes nothing in the journal.
+/// Waits until an empty append to `journal` succeeds; returns the endpoint of the primary
+/// that served it when its Route has more than one member (a cluster), else `None`.
 pub async fn wait_writable(
     channel: &Channel,
     journal: &str,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let mut frames = crate::record::journal_frame(journal).to_vec();
     frames.extend_from_slice(&[0, 0, 0, 0, 0]);
     let frames = Bytes::from(frames);
@@ -270,7 +272,15 @@ pub async fn wait_writable(
             ));
         };
         match result {
-            Ok(resp) if resp.status == Status::Ok as i32 => return Ok(()),
+            Ok(resp) if resp.status == Status::Ok as i32 => {
+                let route = resp.header.and_then(|h| h.route).unwrap_or_default();
+                let primary = usize::try_from(route.primary)
+                    .ok()
+                    .filter(|_| route.members.len() > 1)
+                    .and_then(|i| route.endpoints.get(i).cloned())
+                    .filter(|e| !e.is_empty());
+                return Ok(primary);
+            }
             Ok(resp) => {
                 let retry = [
                     Status::JournalNotFound,

@@ -140,6 +140,8 @@ fn start_watchdog(limit: Duration) {
 /// Connections and journals, ready for load.
 struct Setup {
     writer_channels: Vec<Channel>,
+    /// The channel each journal's appends go to (its primary's, in a cluster).
+    journal_channels: Vec<Channel>,
     reader_channels: Vec<Channel>,
     journals: Vec<String>,
     /// Write head of each journal before the run (only probed with `--readers`).
@@ -220,10 +222,29 @@ async fn setup(args: &Args) -> Result<Setup, String> {
     for (j, journal) in journals.iter().enumerate() {
         let channel = writer_channels[j % writer_channels.len()].clone();
         let journal = journal.clone();
-        probes.spawn(async move { client::wait_writable(&channel, &journal, deadline).await });
+        probes.spawn(async move { (j, client::wait_writable(&channel, &journal, deadline).await) });
     }
+    let mut journal_channels: Vec<Channel> = (0..journals.len())
+        .map(|j| writer_channels[j % writer_channels.len()].clone())
+        .collect();
+    // In a cluster, each journal's appends go straight to its primary, as Gazette's
+    // clients with a route cache send them (instead of being proxied by the broker dialed).
+    let mut primaries: std::collections::HashMap<String, Vec<Channel>> = Default::default();
     while let Some(res) = probes.join_next().await {
-        res.map_err(|e| format!("readiness probe: {e}"))??;
+        let (j, primary) = res.map_err(|e| format!("readiness probe: {e}"))?;
+        let Some(primary) = primary? else { continue };
+        if args.no_route {
+            continue;
+        }
+        if !primaries.contains_key(&primary) {
+            let endpoint = client::Endpoint::parse(&primary)?;
+            primaries.insert(
+                primary.clone(),
+                connect_all(&[endpoint], args.connections).await?,
+            );
+        }
+        let channels = &primaries[&primary];
+        journal_channels[j] = channels[j % channels.len()].clone();
     }
 
     let mut heads = vec![0; journals.len()];
@@ -241,6 +262,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
     }
     Ok(Setup {
         writer_channels,
+        journal_channels,
         reader_channels,
         journals,
         heads,
@@ -316,7 +338,7 @@ async fn measure(args: &Args, setup: Setup) -> Report {
         let w = writer::JournalWriter {
             index: j,
             journal: journal.clone(),
-            channel: setup.writer_channels[j % setup.writer_channels.len()].clone(),
+            channel: setup.journal_channels[j].clone(),
             shard: j % shards,
             acked_end: acked_ends[j].clone(),
         };
