@@ -120,17 +120,28 @@ impl Core {
         Ok(replica.clone())
     }
 
-    /// Closes replicas whose journals left the keyspace, so their blocked reads end with a
-    /// clean EOF and a re-created journal starts from a fresh recovery.
+    /// Closes replicas whose journals left the keyspace (or, in a cluster, this broker's
+    /// assignments), so their blocked reads end with a clean EOF and a re-created journal
+    /// starts from a fresh recovery.
     pub async fn watch_keyspace(self: Rc<Self>) {
         let mut watch = self.keyspace.subscribe();
         while watch.changed().await.is_ok() {
             let snapshot = watch.borrow_and_update().clone();
+            // In a cluster, a journal this broker no longer serves is closed too (its blocked
+            // reads end with EOF and clients retry at a member); if it is assigned here again,
+            // a fresh replica recovers the spool and syncs with the pipeline.
             let gone: Vec<String> = self
                 .replicas
                 .borrow()
                 .keys()
-                .filter(|name| !snapshot.journals.contains_key(*name))
+                .filter(|name| {
+                    !snapshot.journals.contains_key(*name)
+                        || (snapshot.cluster
+                            && !snapshot
+                                .assigned_route(name)
+                                .members
+                                .contains(&self.process_id))
+                })
                 .cloned()
                 .collect();
             for name in gone {

@@ -71,22 +71,35 @@ where
         .sender
         .send_frame(protocol::grpc::encode_frame(req), true)
         .await;
+    let mut stage = crate::shutdown::subscribe();
     loop {
         enum Step<M> {
             Msg(Result<Option<M>, RpcError>),
             ClientGone,
+            ShuttingDown,
         }
-        let step =
-            futures_lite::future::or(async { Step::Msg(call.next::<Resp>().await) }, async {
-                out.cancelled().await;
-                Step::ClientGone
-            })
-            .await;
+        let step = futures_lite::future::or(
+            async { Step::Msg(call.next::<Resp>().await) },
+            futures_lite::future::or(
+                async {
+                    out.cancelled().await;
+                    Step::ClientGone
+                },
+                async {
+                    crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing).await;
+                    Step::ShuttingDown
+                },
+            ),
+        )
+        .await;
         match step {
             Step::Msg(Ok(Some(msg))) => out.send(&msg).await?,
             Step::Msg(Ok(None)) => return Ok(()),
             Step::Msg(Err(err)) => return Err(err),
             Step::ClientGone => return Err(RpcError::cancelled()),
+            // A proxied (blocking) read ends with a clean EOF when this broker shuts
+            // down, as a local one does (spec §10 scenario 39); the client re-opens it.
+            Step::ShuttingDown => return Ok(()),
         }
     }
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,8 +31,9 @@ import (
 const clientZone = "zone-a"
 
 // brokerDefs are the brokers of every cluster: two in zone-a, one in zone-b.
+// (Gazette requires an ID suffix of 4 to 128 characters.)
 var brokerDefs = []struct{ zone, id string }{
-	{"zone-a", "b1"}, {"zone-a", "b2"}, {"zone-b", "b3"},
+	{"zone-a", "brk1"}, {"zone-a", "brk2"}, {"zone-b", "brk3"},
 }
 
 var (
@@ -310,9 +312,10 @@ func (b *broker) start() {
 	var cmd = exec.Command(brokerBin, b.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = b.c.dir
-	// Never outlive the test process.
+	// Never outlive the test process. Pdeathsig fires when the OS *thread*
+	// that forked exits, so fork from one locked thread that never exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err = cmd.Start(); err != nil {
+	if err = spawn(cmd); err != nil {
 		_ = logf.Close()
 		t.Fatalf("starting broker %s: %v", b, err)
 	}
@@ -389,6 +392,24 @@ func (b *broker) waitExit(timeout time.Duration) (*os.ProcessState, bool) {
 	case <-time.After(timeout):
 		return nil, false
 	}
+}
+
+var spawnCh = make(chan func())
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // Never unlocked: this thread lives as long as the process.
+		for fn := range spawnCh {
+			fn()
+		}
+	}()
+}
+
+// spawn starts |cmd| from the spawner thread.
+func spawn(cmd *exec.Cmd) error {
+	var errCh = make(chan error)
+	spawnCh <- func() { errCh <- cmd.Start() }
+	return <-errCh
 }
 
 func isClosed(ch chan struct{}) bool {
@@ -514,8 +535,14 @@ func (c *cluster) apply(specs ...*pb.JournalSpec) {
 			c.event("applied %d journals at revision %d", len(specs), resp.Header.Etcd.Revision)
 			return
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("ApplyJournals(%d specs): %v", len(specs), err)
+		var serving = 0
+		for _, b := range c.brokers {
+			if b.serving() {
+				serving++
+			}
+		}
+		if time.Now().After(deadline) || serving == 0 {
+			c.t.Fatalf("ApplyJournals(%d specs): %v (%d brokers serving)", len(specs), err, serving)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -60,6 +60,8 @@ type jstate struct {
 	acked   []ackedAppend
 	failed  []pendingAppend // Resolved with an error.
 	maxEnd  int64           // Largest acknowledged commit end.
+	ackedAt time.Time       // Write time of the latest acknowledged record.
+	failErr error           // First append error.
 	errs    []string        // Writer-side violations.
 
 	// Reader state.
@@ -225,7 +227,14 @@ func (w *workload) reap(js *jstate, all bool) {
 		js.pending = js.pending[1:]
 		if err != nil {
 			js.failed = append(js.failed, *p)
+			if js.failErr == nil {
+				js.failErr = err
+				w.c.event("%s: append of seqs %d-%d failed: %v", js.name, p.firstSeq, p.lastSeq, err)
+			}
 		} else {
+			if p.lastWrite.After(js.ackedAt) {
+				js.ackedAt = p.lastWrite
+			}
 			var resp = p.aa.Response()
 			if resp.Commit == nil {
 				js.errs = append(js.errs, fmt.Sprintf("seqs %d-%d: OK response without commit", p.firstSeq, p.lastSeq))
@@ -287,6 +296,61 @@ func (w *workload) read(js *jstate) {
 	}
 }
 
+// ackedRecords counts the records acknowledged so far.
+func (w *workload) ackedRecords() int {
+	var n = 0
+	for _, js := range w.js {
+		js.mu.Lock()
+		for _, a := range js.acked {
+			n += int(a.lastSeq - a.firstSeq + 1)
+		}
+		js.mu.Unlock()
+	}
+	return n
+}
+
+// waitAcked waits until every journal acknowledged a record written after |t0|.
+func (w *workload) waitAcked(t0 time.Time, timeout time.Duration) error {
+	var deadline = time.Now().Add(timeout)
+	for {
+		var waiting []string
+		for _, js := range w.js {
+			js.mu.Lock()
+			if !js.ackedAt.After(t0) {
+				waiting = append(waiting, string(js.name[len(js.name)-3:]))
+				if js.failErr != nil {
+					waiting[len(waiting)-1] += fmt.Sprintf(" (append failed: %v)", js.failErr)
+				}
+			}
+			js.mu.Unlock()
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || w.c.ctx.Err() != nil {
+			return fmt.Errorf("journals without an acknowledged append in %v: %v", timeout, waiting)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitHealthy waits until every journal is fully replicated (|r| serving
+// members and a primary) and has then acknowledged an append: only an append
+// proves that a restarted member was brought in sync (a member listed in a
+// route may still be catching up, and is no replica of the data yet).
+func (w *workload) waitHealthy(names []pb.Journal, r int, timeout time.Duration) error {
+	var start = time.Now()
+	if _, err := w.c.waitRoutes(names, timeout, "full replication", w.c.fullyReplicated(r)); err != nil {
+		return err
+	}
+	var t0 = time.Now()
+	if err := w.waitAcked(t0, timeout-time.Since(start)); err != nil {
+		return err
+	}
+	w.c.event("healthy: %d journals fully replicated and appending (%v)", len(names), time.Since(start))
+	return nil
+}
+
 // finish stops the writers, waits (at most |drain|) for every outstanding
 // append to resolve (cancelling the AppendService after that), then waits (at
 // most |tail|) for the tailing readers to reach the write heads.
@@ -346,15 +410,28 @@ func (w *workload) check() checkResult {
 	var t = w.c.t
 	var total checkResult
 	var heads = w.writeHeads()
+	var dupJournals []string
+	var deadline = time.Now().Add(3 * time.Minute)
 
 	for _, js := range w.js {
-		var res = w.checkJournal(js, heads[js.name])
+		// Each journal's read gets at least 10 s, and all of them 3 min.
+		var timeout = time.Until(deadline)
+		if timeout < 10*time.Second {
+			timeout = 10 * time.Second
+		}
+		var res = w.checkJournal(js, heads[js.name], timeout)
 		total.records += res.records
 		total.acked += res.acked
 		total.unacked += res.unacked
 		total.dups += res.dups
+		if res.dups != 0 {
+			dupJournals = append(dupJournals, fmt.Sprintf("%s:%d", js.name[len(js.name)-3:], res.dups))
+		}
 		total.unackedPresent += res.unackedPresent
 		total.bytes += res.bytes
+	}
+	if len(dupJournals) != 0 {
+		t.Logf("duplicate records (appends retried by AppendService after an unknown outcome), per journal: %v", dupJournals)
 	}
 	t.Logf("RESULT journals=%d records=%d acked=%d unacked=%d (of which present %d) duplicates=%d bytes=%d",
 		len(w.js), total.records, total.acked, total.unacked, total.unackedPresent, total.dups, total.bytes)
@@ -388,11 +465,11 @@ func (w *workload) writeHeads() map[pb.Journal]int64 {
 }
 
 // readAll reads [0, head) of a journal through the routed client.
-func (w *workload) readAll(j pb.Journal, head int64) ([]byte, error) {
+func (w *workload) readAll(j pb.Journal, head int64, timeout time.Duration) ([]byte, error) {
 	if head == 0 {
 		return nil, nil
 	}
-	var ctx, cancel = context.WithTimeout(w.c.ctx, 3*time.Minute)
+	var ctx, cancel = context.WithTimeout(w.c.ctx, timeout)
 	defer cancel()
 	var rr = client.NewRetryReader(ctx, w.rjc, pb.ReadRequest{Journal: j, Offset: 0, EndOffset: head, Block: true})
 	var out = make([]byte, 0, head)
@@ -414,7 +491,7 @@ func (w *workload) readAll(j pb.Journal, head int64) ([]byte, error) {
 	return out, nil
 }
 
-func (w *workload) checkJournal(js *jstate, head int64) checkResult {
+func (w *workload) checkJournal(js *jstate, head int64, timeout time.Duration) checkResult {
 	var t = w.c.t
 	var res checkResult
 	js.mu.Lock()
@@ -437,11 +514,11 @@ func (w *workload) checkJournal(js *jstate, head int64) checkResult {
 	}
 	res.unacked = len(unacked)
 	if len(js.failed) != 0 {
-		t.Logf("%s: %d records were not acknowledged: first %d-%d: %v", js.name, res.unacked,
+		t.Errorf("%s: %d records were not acknowledged: first %d-%d: %v", js.name, res.unacked,
 			js.failed[0].firstSeq, js.failed[0].lastSeq, js.failed[0].aa.Err())
 	}
 
-	var content, err = w.readAll(js.name, head)
+	var content, err = w.readAll(js.name, head, timeout)
 	if err != nil {
 		t.Errorf("%s: reading [0,%d): %v", js.name, head, err)
 		return res
@@ -535,9 +612,6 @@ func (w *workload) checkJournal(js *jstate, head int64) checkResult {
 			t.Errorf("%s: tailing reader observed bytes at offset %d that differ from the final content: observed %q, final %q",
 				js.name, s.start+int64(i), trunc(s.data[i:]), trunc(content[s.start+int64(i):end]))
 		}
-	}
-	if res.dups != 0 {
-		t.Logf("%s: %d duplicate records (retried appends)", js.name, res.dups)
 	}
 	return res
 }
