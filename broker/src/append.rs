@@ -108,19 +108,19 @@ pub async fn append(
         }
         // Advertise the synchronized Route in the assignments, then resolve again.
         if let Some(rev) = update_assignments(core, &res).await? {
-            replica.pipeline.replace(Some(pln));
+            keep_pipeline(core, replica, pln);
             wait_revision = rev;
             continue;
         }
         match replication_gap(core, &res) {
             Ordering::Greater => {
                 // The allocator is about to remove a member: wait for it.
-                replica.pipeline.replace(Some(pln));
+                keep_pipeline(core, replica, pln);
                 wait_revision = res.snapshot.revision + 1;
                 continue;
             }
             Ordering::Less => {
-                replica.pipeline.replace(Some(pln));
+                keep_pipeline(core, replica, pln);
                 return respond_status(out, Status::InsufficientJournalBrokers, res.header, None)
                     .await;
             }
@@ -133,7 +133,7 @@ pub async fn append(
         validate_and_stream(core, &req, res, replica, &mut spool, &mut pln, input, out).await;
     match outcome {
         Ok(()) => {
-            replica.pipeline.replace(Some(pln));
+            keep_pipeline(core, replica, pln);
         }
         Err(_) => {
             // Replicas roll back what this append sent them when its streams reset.
@@ -378,6 +378,24 @@ async fn validate_and_stream(
         store_health_error: String::new(),
     };
     out.send(&resp).await
+}
+
+/// Keeps the pipeline for the journal's next append, if this broker still leads the
+/// journal on the same Route; else closes it at once, so that its replicas (Gazette's hold
+/// their spool until the stream ends) can follow the new primary. (`Core::watch_keyspace`
+/// closes kept pipelines on later changes; this covers a change while the append held it.)
+fn keep_pipeline(core: &Core, replica: &Replica, pln: Pipeline) {
+    let snapshot = core.keyspace.current();
+    let route = resolver::route_of_journal(core, &snapshot, &replica.journal);
+    let leads = usize::try_from(route.primary)
+        .ok()
+        .and_then(|i| route.members.get(i))
+        .is_some_and(|p| *p == core.process_id);
+    if leads && pln.serves(&route) && !replica.index.borrow().is_closed() {
+        replica.pipeline.replace(Some(pln));
+    } else {
+        pln.close();
+    }
 }
 
 /// Synchronizes the pipeline (Gazette's send/recv pipeline sync): proposes the spool's

@@ -144,6 +144,27 @@ impl Core {
                 })
                 .cloned()
                 .collect();
+            // A pipeline kept for a journal this broker no longer leads is closed now: its
+            // replicas (Gazette's hold their spool until the stream ends) must be free to
+            // follow the new primary. An append in flight drops its own on the Route change.
+            if snapshot.cluster {
+                for (name, cell) in self.replicas.borrow().iter() {
+                    let Some(replica) = cell.get() else { continue };
+                    let route = snapshot.assigned_route(name);
+                    let leads = usize::try_from(route.primary)
+                        .ok()
+                        .and_then(|i| route.members.get(i))
+                        .is_some_and(|p| *p == self.process_id);
+                    let stale = replica
+                        .pipeline
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|p| !leads || !p.serves(&route));
+                    if stale && let Some(pipeline) = replica.pipeline.borrow_mut().take() {
+                        pipeline.close();
+                    }
+                }
+            }
             for name in gone {
                 let cell = self.replicas.borrow_mut().remove(&name);
                 if let Some(replica) = cell.as_ref().and_then(|c| c.get()) {

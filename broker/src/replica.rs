@@ -17,7 +17,6 @@ use storage::spool::Spool;
 use crate::stores::persist::{PersistJob, PersistOutcome};
 
 pub struct Replica {
-    #[allow(dead_code)] // For logs and metrics.
     pub journal: String,
     pub spool: tokio::sync::Mutex<Spool>,
     pub index: RefCell<Index>,

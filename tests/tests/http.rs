@@ -652,7 +652,7 @@ async fn slow_clients_do_not_disturb_others() {
             assert_eq!(get(&b, "/debug/ready").await.status, 200);
             grpc_append(&ch, "a/journal", format!("{i},").as_bytes()).await;
             assert!(
-                t.elapsed() < Duration::from_secs(2),
+                t.elapsed() < Duration::from_secs(5),
                 "slow: {:?}",
                 t.elapsed()
             );

@@ -30,10 +30,15 @@ import (
 // of this zone when a route offers a choice.
 const clientZone = "zone-a"
 
-// brokerDefs are the brokers of every cluster: two in zone-a, one in zone-b.
-// (Gazette requires an ID suffix of 4 to 128 characters.)
-var brokerDefs = []struct{ zone, id string }{
-	{"zone-a", "brk1"}, {"zone-a", "brk2"}, {"zone-b", "brk3"},
+// brokerDef is one broker of a cluster. impl ("courant" or "gazette") and bin
+// (its binary) default to CLUSTER_IMPL and CLUSTER_BIN.
+type brokerDef struct{ zone, id, impl, bin string }
+
+// brokerDefs are the brokers of every cluster (unless clusterOpts.defs says
+// otherwise): two in zone-a, one in zone-b. (Gazette requires an ID suffix of
+// 4 to 128 characters.)
+var brokerDefs = []brokerDef{
+	{zone: "zone-a", id: "brk1"}, {zone: "zone-a", id: "brk2"}, {zone: "zone-b", id: "brk3"},
 }
 
 var (
@@ -116,7 +121,8 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 
 type clusterOpts struct {
 	lease   time.Duration // --etcd.lease (default 4s)
-	brokers int           // how many of brokerDefs to start now (default all)
+	brokers int           // how many of the defs to start now (default all)
+	defs    []brokerDef   // the cluster's brokers (default brokerDefs, all of CLUSTER_IMPL)
 }
 
 type cluster struct {
@@ -141,6 +147,8 @@ type broker struct {
 	c       *cluster
 	zone    string
 	id      string
+	impl    string // "courant" or "gazette"
+	bin     string // absolute path of its binary
 	port    int
 	dataDir string
 	logPath string
@@ -163,21 +171,37 @@ func (b *broker) endpoint() pb.Endpoint { return pb.Endpoint("http://" + b.addr(
 
 func (b *broker) procID() pb.ProcessSpec_ID { return pb.ProcessSpec_ID{Zone: b.zone, Suffix: b.id} }
 
-// newCluster prepares brokerDefs (ports, dirs, clients) and starts
-// opts.brokers of them. Everything is killed when the test ends.
+func (b *broker) isGazette() bool { return b.impl == "gazette" }
+
+// newCluster prepares opts.defs (default brokerDefs: ports, dirs, clients)
+// and starts opts.brokers of them. Everything is killed when the test ends.
 func newCluster(t *testing.T, opts clusterOpts) *cluster {
 	t.Helper()
 	if etcdAddr == "" {
 		t.Skip("ETCD_ADDRESS is not set (see tests/go/README.md, or run .ci/steps/60-cluster.sh)")
 	}
-	if _, err := os.Stat(brokerBin); err != nil {
-		t.Fatalf("broker binary %q (CLUSTER_BIN, CLUSTER_IMPL=%s): %v", brokerBin, implName, err)
+	var defs = append([]brokerDef(nil), opts.defs...)
+	if len(defs) == 0 {
+		defs = append(defs, brokerDefs...)
+	}
+	var impls []string
+	for i := range defs {
+		if defs[i].impl == "" {
+			defs[i].impl = implName
+		}
+		if defs[i].bin == "" {
+			defs[i].bin = brokerBin
+		}
+		if _, err := os.Stat(defs[i].bin); err != nil {
+			t.Fatalf("binary %q of %s broker %s: %v (CLUSTER_IMPL=%s, CLUSTER_BIN)", defs[i].bin, defs[i].impl, defs[i].id, err, implName)
+		}
+		impls = append(impls, defs[i].id+"="+defs[i].impl+" ("+defs[i].bin+")")
 	}
 	if opts.lease == 0 {
 		opts.lease = 4 * time.Second
 	}
 	if opts.brokers == 0 {
-		opts.brokers = len(brokerDefs)
+		opts.brokers = len(defs)
 	}
 	var tn = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	var uid = fmt.Sprintf("%s-%s-%d", tn, runID, time.Now().UnixNano()%1e6)
@@ -214,11 +238,13 @@ func newCluster(t *testing.T, opts clusterOpts) *cluster {
 		clientLog.set(f)
 		t.Cleanup(func() { clientLog.set(io.Discard); _ = f.Close() })
 	}
-	for _, d := range brokerDefs {
+	for _, d := range defs {
 		var b = &broker{
 			c:       c,
 			zone:    d.zone,
 			id:      d.id,
+			impl:    d.impl,
+			bin:     d.bin,
 			port:    freePort(t),
 			dataDir: filepath.Join(dir, "data-"+d.id),
 			logPath: filepath.Join(dir, "broker-"+d.id+".log"),
@@ -228,8 +254,8 @@ func newCluster(t *testing.T, opts clusterOpts) *cluster {
 		c.brokers = append(c.brokers, b)
 	}
 	t.Cleanup(c.shutdown)
-	c.event("cluster %s: impl %s (%s), etcd %s, prefix %s, lease %s, dir %s",
-		uid, implName, brokerBin, etcdAddr, c.prefix, c.lease, dir)
+	c.event("cluster %s: brokers %s, etcd %s, prefix %s, lease %s, dir %s",
+		uid, strings.Join(impls, ", "), etcdAddr, c.prefix, c.lease, dir)
 
 	for _, b := range c.brokers[:opts.brokers] {
 		b.start()
@@ -275,7 +301,18 @@ func (c *cluster) event(format string, args ...interface{}) {
 	}
 }
 
+// args are the broker's flags. CLUSTER_BROKER_ARGS go to brokers of
+// CLUSTER_IMPL only (all of them, unless a test mixes implementations).
+// --log.level: COURANT_LOG_LEVEL / GAZETTE_LOG_LEVEL for brokers of that
+// implementation, else CLUSTER_LOG_LEVEL, else info.
 func (b *broker) args() []string {
+	var level = strings.TrimSpace(os.Getenv(strings.ToUpper(b.impl) + "_LOG_LEVEL"))
+	if level == "" {
+		level = strings.TrimSpace(os.Getenv("CLUSTER_LOG_LEVEL"))
+	}
+	if level == "" {
+		level = "info"
+	}
 	var args = []string{"serve",
 		"--etcd.address", etcdAddr,
 		"--etcd.prefix", b.c.prefix,
@@ -285,10 +322,13 @@ func (b *broker) args() []string {
 		"--broker.host", "127.0.0.1",
 		"--broker.port", strconv.Itoa(b.port),
 		"--broker.file-root", b.c.shared,
-		"--log.level", "info",
+		"--log.level", level,
 	}
-	if !isGazette() {
+	if !b.isGazette() {
 		args = append(args, "--broker.bind", "127.0.0.1", "--data-dir", b.dataDir)
+	}
+	if b.impl != implName {
+		return args
 	}
 	return append(args, strings.Fields(os.Getenv("CLUSTER_BROKER_ARGS"))...)
 }
@@ -307,9 +347,9 @@ func (b *broker) start() {
 	}
 	b.starts++
 	_, _ = fmt.Fprintf(logf, "==== start #%d at %s: %s %s\n", b.starts,
-		time.Now().Format(time.RFC3339Nano), brokerBin, strings.Join(b.args(), " "))
+		time.Now().Format(time.RFC3339Nano), b.bin, strings.Join(b.args(), " "))
 
-	var cmd = exec.Command(brokerBin, b.args()...)
+	var cmd = exec.Command(b.bin, b.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = b.c.dir
 	// Never outlive the test process. Pdeathsig fires when the OS *thread*
@@ -330,7 +370,7 @@ func (b *broker) start() {
 		b.c.event("broker %s (pid %d) exited: %v", b, cmd.Process.Pid, cmd.ProcessState)
 		close(done)
 	}()
-	b.c.event("broker %s started (pid %d, start #%d) on %s", b, cmd.Process.Pid, b.starts, b.addr())
+	b.c.event("broker %s (%s) started (pid %d, start #%d) on %s", b, b.impl, cmd.Process.Pid, b.starts, b.addr())
 }
 
 // running is true if the process is alive (it may be SIGSTOPped).
