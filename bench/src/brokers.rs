@@ -1,5 +1,6 @@
-//! Starting and stopping the systems under test: Courant (single node, embedded keyspace),
-//! and Gazette with its etcd. Every server listens on 127.0.0.1 (Gazette binds all
+//! Starting and stopping the systems under test: Courant (single node, embedded keyspace,
+//! or a cluster on etcd) and Gazette with its etcd, alone or as a cluster of several
+//! brokers sharing one etcd prefix. Every server listens on 127.0.0.1 (Gazette binds all
 //! interfaces; see `main.rs` for the network namespace that confines it to loopback).
 //!
 //! Lives on: the harness's main thread.
@@ -47,6 +48,54 @@ pub struct Bins {
 pub struct BrokerOptions {
     /// Courant: `--tpc.cores`. Gazette: `GOMAXPROCS`.
     pub cores: Option<usize>,
+    /// Set for a member of a cluster (both kinds then use the run's etcd).
+    pub member: Option<Member>,
+}
+
+/// A broker's place in a cluster: etcd prefix, zone and ID suffix (Gazette's
+/// `ProcessSpec.ID`).
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub etcd_address: String,
+    pub prefix: String,
+    pub zone: String,
+    pub id: String,
+}
+
+/// What a client run needs from the brokers under test: one broker or a cluster.
+pub trait Target {
+    fn kind(&self) -> Kind;
+    /// The address the client dials.
+    fn address(&self) -> String;
+    /// The broker processes, for CPU and memory.
+    fn pids(&self) -> Vec<u32>;
+    /// Whether every broker is still running.
+    fn alive(&mut self) -> bool;
+    /// The exact command(s), one line per broker.
+    fn commands(&self) -> Vec<String>;
+    /// The last lines of the logs, for error messages.
+    fn log_tail(&self) -> String;
+}
+
+impl Target for Broker {
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+    fn address(&self) -> String {
+        Broker::address(self)
+    }
+    fn pids(&self) -> Vec<u32> {
+        vec![self.pid()]
+    }
+    fn alive(&mut self) -> bool {
+        Broker::alive(self)
+    }
+    fn commands(&self) -> Vec<String> {
+        vec![self.command.clone()]
+    }
+    fn log_tail(&self) -> String {
+        Broker::log_tail(self)
+    }
 }
 
 /// A running broker.
@@ -68,12 +117,6 @@ impl Broker {
     }
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
-    }
-    pub fn cpu_seconds(&self) -> Option<f64> {
-        procs::cpu_seconds(self.pid())
-    }
-    pub fn peak_rss_bytes(&self) -> Option<u64> {
-        procs::peak_rss_bytes(self.pid())
     }
     /// The last lines of the broker's log, for error messages.
     pub fn log_tail(&self) -> String {
@@ -119,6 +162,12 @@ pub fn start_courant(bins: &Bins, scratch: &Path, opts: &BrokerOptions) -> Resul
     // persisted (Courant's zero-configuration default store would add an upload of every
     // completed fragment, which Gazette does not do).
     .args(["--store.default", ""]);
+    if let Some(m) = &opts.member {
+        cmd.args(["--etcd.address", &m.etcd_address])
+            .args(["--etcd.prefix", &m.prefix])
+            .args(["--broker.zone", &m.zone])
+            .args(["--broker.id", &m.id]);
+    }
     if let Some(cores) = opts.cores {
         cmd.args(["--tpc.cores", &cores.to_string()]);
     }
@@ -146,9 +195,15 @@ pub fn start_gazette(
             "--broker.host",
             "127.0.0.1",
         ])
-        .args(["--etcd.address", &etcd.address()])
-        .args(["--etcd.prefix", &format!("/gazette/bench-{port}")])
-        .arg("--broker.file-root")
+        .args(["--etcd.address", &etcd.address()]);
+    match &opts.member {
+        Some(m) => cmd
+            .args(["--etcd.prefix", &m.prefix])
+            .args(["--broker.zone", &m.zone])
+            .args(["--broker.id", &m.id]),
+        None => cmd.args(["--etcd.prefix", &format!("/gazette/bench-{port}")]),
+    };
+    cmd.arg("--broker.file-root")
         .arg(&data_dir)
         .args(["--log.level", "warn"])
         .env("TMPDIR", &data_dir);
@@ -189,10 +244,131 @@ fn spawn(
     Ok(broker)
 }
 
-/// etcd for the Gazette side, on 127.0.0.1:23790 (client) and 23800 (peer).
+/// Several brokers of one kind sharing one etcd prefix.
+pub struct Cluster {
+    pub kind: Kind,
+    pub brokers: Vec<Broker>,
+    pub prefix: String,
+}
+
+impl Target for Cluster {
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// The client dials the first broker (it routes each journal's appends to the
+    /// journal's primary itself).
+    fn address(&self) -> String {
+        self.brokers[0].address()
+    }
+    fn pids(&self) -> Vec<u32> {
+        self.brokers.iter().map(Broker::pid).collect()
+    }
+    fn alive(&mut self) -> bool {
+        self.brokers.iter_mut().all(Broker::alive)
+    }
+    fn commands(&self) -> Vec<String> {
+        self.brokers.iter().map(|b| b.command.clone()).collect()
+    }
+    fn log_tail(&self) -> String {
+        self.brokers
+            .iter()
+            .map(|b| format!("[{}] {}", b.port, b.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Cluster {
+    /// Starts one broker per entry of `zones` (same kind, same etcd prefix
+    /// `/<kind>/<tag>-<port of the first>`), then waits until etcd lists all of them as
+    /// members.
+    pub fn start(
+        kind: Kind,
+        zones: &[&str],
+        tag: &str,
+        etcd: &Etcd,
+        start: &dyn Fn(&BrokerOptions) -> Result<Broker, String>,
+        opts: &BrokerOptions,
+    ) -> Result<Cluster, String> {
+        let first = procs::free_port().map_err(|e| format!("free port: {e}"))?;
+        let prefix = format!("/{}/{tag}-{first}", kind.slug());
+        let mut cluster = Cluster {
+            kind,
+            brokers: Vec::new(),
+            prefix: prefix.clone(),
+        };
+        for (i, zone) in zones.iter().enumerate() {
+            let member = Member {
+                etcd_address: etcd.address(),
+                prefix: prefix.clone(),
+                zone: zone.to_string(),
+                // Gazette wants ID suffixes of at least 4 characters.
+                id: format!("{tag}-{}", i + 1),
+            };
+            let opts = BrokerOptions {
+                member: Some(member),
+                ..opts.clone()
+            };
+            match start(&opts) {
+                Ok(b) => cluster.brokers.push(b),
+                Err(e) => {
+                    cluster.stop();
+                    return Err(format!("broker {} of {}: {e}", i + 1, zones.len()));
+                }
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let members = etcd.count_keys(&format!("{prefix}/members/"));
+            if members == Some(zones.len()) {
+                return Ok(cluster);
+            }
+            if !cluster.alive() || std::time::Instant::now() > deadline {
+                let tail = cluster.log_tail();
+                cluster.stop();
+                return Err(format!(
+                    "{} of {} brokers announced under {prefix}/members/ after 30 s\n{tail}",
+                    members.map_or("?".into(), |m| m.to_string()),
+                    zones.len()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM to every broker at once, then one shared grace (Courant 15 s, Gazette 3 s:
+    /// when all of them exit together none can take over the others' journals), then
+    /// SIGKILL; data removed. Returns how many needed SIGKILL.
+    pub fn stop(self) -> usize {
+        let grace = match self.kind {
+            Kind::Courant => Duration::from_secs(15),
+            Kind::Gazette => Duration::from_secs(3),
+        };
+        let mut brokers = self.brokers;
+        for b in brokers.iter_mut() {
+            procs::terminate(&mut b.child);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        let mut killed = 0;
+        for mut b in brokers {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if procs::wait_timeout(&mut b.child, left).1 {
+                killed += 1;
+            }
+            let _ = std::fs::remove_dir_all(&b.data_dir);
+        }
+        if killed > 0 && self.kind == Kind::Courant {
+            eprintln!("courant-bench: {killed} Courant broker(s) of the cluster needed SIGKILL");
+        }
+        killed
+    }
+}
+
+/// etcd for Gazette, and for Courant's cluster runs, on 127.0.0.1:23790 (client) and 23800 (peer).
 pub struct Etcd {
     child: Child,
     dir: PathBuf,
+    etcdctl: PathBuf,
     pub command: String,
 }
 
@@ -225,6 +401,7 @@ impl Etcd {
         let mut etcd = Etcd {
             child,
             dir,
+            etcdctl: bins.etcdctl.clone(),
             command,
         };
         procs::wait_listening(&mut etcd.child, ETCD_CLIENT_PORT, Duration::from_secs(20))
@@ -250,6 +427,36 @@ impl Etcd {
 
     pub fn address(&self) -> String {
         format!("http://127.0.0.1:{ETCD_CLIENT_PORT}")
+    }
+
+    /// How many keys start with `prefix`.
+    pub fn count_keys(&self, prefix: &str) -> Option<usize> {
+        self.keys(prefix).map(|k| k.len())
+    }
+
+    /// The keys that start with `prefix` (`etcdctl get --prefix --keys-only`).
+    pub fn keys(&self, prefix: &str) -> Option<Vec<String>> {
+        let mut cmd = procs::command(&self.etcdctl.to_string_lossy());
+        cmd.args([
+            "--endpoints",
+            &self.address(),
+            "get",
+            "--prefix",
+            "--keys-only",
+        ])
+        .arg(prefix)
+        .env("ETCDCTL_API", "3")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+        let out = cmd.output().ok()?;
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
     }
 
     pub fn stop(mut self) {

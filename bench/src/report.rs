@@ -272,9 +272,33 @@ fn commands(out: &mut String, rows: &[Row]) {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "- {} / {name} (load average {}{json}):\n  - broker: `{}`\n  - client: `{}`",
-                row.label, m.load_average, m.broker_command, m.command
+                "- {} / {name} (load average {}{json}):",
+                row.label, m.load_average
             );
+            for (i, b) in m.broker_commands.iter().enumerate() {
+                // Each broker of a cluster with its own share of the figures.
+                let figures = m
+                    .per_broker
+                    .get(i)
+                    .map(|(cores, rss)| {
+                        format!(
+                            " — {} cores in the window, peak RSS {} MiB",
+                            cores.map(num).unwrap_or_else(|| "–".into()),
+                            rss.map(|b| num(b as f64 / 1048576.0))
+                                .unwrap_or_else(|| "–".into())
+                        )
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(out, "  - broker: `{b}`{figures}");
+            }
+            if !m.primaries.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  - journals per primary (etcd assignments after the run): {}",
+                    m.primaries
+                );
+            }
+            let _ = writeln!(out, "  - client: `{}`", m.command);
         }
     }
     let _ = writeln!(out, "\n</details>");

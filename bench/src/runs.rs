@@ -1,14 +1,16 @@
 //! One measured run: `courant-loadgen` (or Gazette's Go AppendService client) against a
-//! running broker, with the broker's CPU and peak RSS read from `/proc` over the same
-//! window as the client's throughput.
+//! running broker or cluster, with the brokers' CPU and peak RSS read from `/proc` over the
+//! same window as the client's throughput.
 //!
 //! Broker CPU is sampled when loadgen prints its progress line at the window's start (the
 //! last `warm-up` tick) and at its end (the last `measure` tick), so setup and drain are
-//! left out; CPU per GB is then (broker cores) / (acknowledged GB/s in the window).
+//! left out; CPU per GB is then (broker cores) / (acknowledged GB/s in the window). For a
+//! cluster, CPU is summed over its broker processes, and so is peak RSS (each broker's
+//! VmHWM; the largest single one is kept beside the sum).
 //!
 //! Lives on: the harness's main thread.
 
-use crate::brokers::{Bins, Broker};
+use crate::brokers::{Bins, Target};
 use crate::procs;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub journals: usize,
+    /// Replication of the journals loadgen creates.
+    pub replication: usize,
     pub record_size: usize,
     pub records_per_append: usize,
     pub in_flight: usize,
@@ -44,16 +48,22 @@ pub struct Latency {
 pub struct Measurement {
     /// The client's exact command.
     pub command: String,
-    /// The broker's exact command (set by the scenario that started it).
-    pub broker_command: String,
+    /// The brokers' exact commands, one per broker (set by the scenario that started them).
+    pub broker_commands: Vec<String>,
     pub json: Option<PathBuf>,
     pub offered_rate: Option<f64>,
     pub records_per_s: f64,
     pub mb_per_s: f64,
     pub latency: Option<Latency>,
+    /// Summed over the brokers of a cluster.
     pub broker_cores: Option<f64>,
     pub loadgen_cores: Option<f64>,
+    /// Summed over the brokers of a cluster.
     pub peak_rss_bytes: Option<u64>,
+    /// A cluster's brokers one by one: (cores in the window, peak RSS bytes).
+    pub per_broker: Vec<(Option<f64>, Option<u64>)>,
+    /// A cluster's journals per primary broker ("zone-a/r3-1: 2, ..."), from etcd.
+    pub primaries: String,
     /// Failed appends, unacknowledged records, warnings; empty when clean.
     pub problems: Vec<String>,
     pub load_average: String,
@@ -78,11 +88,51 @@ impl Measurement {
     }
 }
 
+/// CPU seconds of each of `pids`.
+fn cpu_each(pids: &[u32]) -> Vec<Option<f64>> {
+    pids.iter().map(|&p| procs::cpu_seconds(p)).collect()
+}
+
+/// Cores busy between two samples of `cpu_each`, per broker and summed.
+fn cores_between(
+    t0: Instant,
+    c0: &[Option<f64>],
+    t1: Instant,
+    c1: &[Option<f64>],
+) -> (Option<f64>, Vec<Option<f64>>) {
+    let secs = t1.saturating_duration_since(t0).as_secs_f64();
+    let each: Vec<Option<f64>> = c0
+        .iter()
+        .zip(c1)
+        .map(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) if secs > 0.0 => Some((b - a) / secs),
+            _ => None,
+        })
+        .collect();
+    let sum = each
+        .iter()
+        .copied()
+        .sum::<Option<f64>>()
+        .filter(|_| !each.is_empty());
+    (sum, each)
+}
+
+/// Peak RSS of each of `pids`, and their sum.
+fn rss_each(pids: &[u32]) -> (Option<u64>, Vec<Option<u64>>) {
+    let each: Vec<Option<u64>> = pids.iter().map(|&p| procs::peak_rss_bytes(p)).collect();
+    let sum = each
+        .iter()
+        .copied()
+        .sum::<Option<u64>>()
+        .filter(|_| !each.is_empty());
+    (sum, each)
+}
+
 /// Runs `courant-loadgen` with `spec` against `broker`, journals `<prefix>0000…`, writing
 /// its JSON report to `json`.
 pub fn loadgen(
     bins: &Bins,
-    broker: &mut Broker,
+    broker: &mut dyn Target,
     spec: &LoadSpec,
     prefix: &str,
     workload: &str,
@@ -103,6 +153,9 @@ pub fn loadgen(
         .args(["--ready-timeout", "60s", "--workload", workload])
         .arg("--json")
         .arg(json);
+    if spec.replication != 1 {
+        cmd.args(["--replication", &spec.replication.to_string()]);
+    }
     if let Some(rate) = spec.rate {
         cmd.args(["--rate", &format!("{}", rate.round() as u64)]);
     }
@@ -120,17 +173,17 @@ pub fn loadgen(
     // loadgen stops itself (watchdog); this bound is only for a wedged process.
     let limit = Duration::from_secs_f64(spec.warmup_s + spec.duration_s + 60.0 + 40.0);
     let deadline = Instant::now() + limit;
-    let mut window_start: Option<(Instant, f64)> = None;
-    let mut window_end: Option<(Instant, f64)> = None;
+    let pids = broker.pids();
+    let mut window_start: Option<(Instant, Vec<Option<f64>>)> = None;
+    let mut window_end: Option<(Instant, Vec<Option<f64>>)> = None;
     let mut last_lines: Vec<String> = Vec::new();
     loop {
         match lines.recv_timeout(Duration::from_millis(50)) {
             Ok((at, line)) => {
-                let cpu = broker.cpu_seconds();
                 if line.contains("s warm-up]") {
-                    window_start = cpu.map(|c| (at, c));
+                    window_start = Some((at, cpu_each(&pids)));
                 } else if line.contains("s measure]") {
-                    window_end = cpu.map(|c| (at, c));
+                    window_end = Some((at, cpu_each(&pids)));
                 }
                 if !line.starts_with('[') {
                     last_lines.push(line);
@@ -145,10 +198,10 @@ pub fn loadgen(
         }
     }
     let (status, killed) = procs::wait_timeout(&mut child, Duration::from_secs(5));
-    let peak_rss_bytes = broker.peak_rss_bytes();
-    let broker_cores = match (window_start, window_end) {
-        (Some((t0, c0)), Some((t1, c1))) if t1 > t0 => Some((c1 - c0) / (t1 - t0).as_secs_f64()),
-        _ => None,
+    let (peak_rss_bytes, rss) = rss_each(&pids);
+    let (broker_cores, cores) = match (&window_start, &window_end) {
+        (Some((t0, c0)), Some((t1, c1))) if t1 > t0 => cores_between(*t0, c0, *t1, c1),
+        _ => (None, vec![None; pids.len()]),
     };
     let report = std::fs::read_to_string(json)
         .ok()
@@ -165,6 +218,9 @@ pub fn loadgen(
     m.json = Some(json.to_path_buf());
     m.broker_cores = broker_cores;
     m.peak_rss_bytes = peak_rss_bytes;
+    if pids.len() > 1 {
+        m.per_broker = cores.into_iter().zip(rss).collect();
+    }
     m.load_average = load_average;
     if broker_cores.is_none() {
         m.problems
@@ -213,7 +269,7 @@ pub fn from_loadgen_json(v: &Value) -> Measurement {
 /// journals that `loadgen --create` made beforehand.
 pub fn appendsvc(
     bins: &Bins,
-    broker: &mut Broker,
+    broker: &mut dyn Target,
     spec: &LoadSpec,
     prefix: &str,
     json: &Path,
@@ -260,16 +316,14 @@ pub fn appendsvc(
         Err(e) => return Measurement::failure(command, format!("starting appendsvc: {e}")),
     };
     // The client's window is fixed relative to its start: sample the broker at its edges.
+    let pids = broker.pids();
     std::thread::sleep(Duration::from_secs_f64(spec.warmup_s + 0.1));
-    let t0 = (Instant::now(), broker.cpu_seconds());
+    let (t0, c0) = (Instant::now(), cpu_each(&pids));
     let window_end = start + Duration::from_secs_f64(spec.warmup_s + spec.duration_s);
     std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
-    let t1 = (Instant::now(), broker.cpu_seconds());
-    let broker_cores = match (t0, t1) {
-        ((a, Some(c0)), (b, Some(c1))) => Some((c1 - c0) / (b - a).as_secs_f64()),
-        _ => None,
-    };
-    let peak_rss_bytes = broker.peak_rss_bytes();
+    let (t1, c1) = (Instant::now(), cpu_each(&pids));
+    let (broker_cores, _) = cores_between(t0, &c0, t1, &c1);
+    let (peak_rss_bytes, _) = rss_each(&pids);
     let output = wait_output(child, Duration::from_secs(40));
     let Some(stdout) = output else {
         return Measurement::failure(command, "appendsvc did not finish".into());
@@ -338,5 +392,24 @@ mod tests {
         m.broker_cores = Some(0.5);
         // 0.5 cores at 0.2 GB/s: 2.5 CPU-seconds per GB, 2.5 ns per byte.
         assert!((m.cpu_s_per_gb().unwrap() - 2.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cluster_figures_are_sums() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let (sum, each) = cores_between(
+            t0,
+            &[Some(1.0), Some(2.0), Some(3.0)],
+            t1,
+            &[Some(2.0), Some(4.0), Some(3.5)],
+        );
+        assert_eq!(each, vec![Some(0.5), Some(1.0), Some(0.25)]);
+        assert_eq!(sum, Some(1.75));
+        // One broker unreadable: no sum rather than a partial one.
+        let (sum, _) = cores_between(t0, &[Some(1.0), None], t1, &[Some(2.0), Some(3.0)]);
+        assert_eq!(sum, None);
+        let (sum, each) = rss_each(&[std::process::id(), std::process::id()]);
+        assert_eq!(sum, Some(2 * each[0].unwrap()));
     }
 }
