@@ -27,6 +27,8 @@ mod replicate;
 mod resolver;
 mod server;
 mod shutdown;
+#[cfg(test)]
+mod sim;
 mod stores;
 mod tls;
 

@@ -47,9 +47,25 @@ impl Replica {
         let wrote_before = storage::spool::journal_dir(&root, &journal)
             .join("JOURNAL")
             .exists();
-        let (spool, recovered) = Spool::open(&root, &journal, codec)
+        let (mut spool, recovered) = Spool::open(&root, &journal, codec)
             .await
             .map_err(|e| RpcError::unknown(format!("opening the spool of {journal}: {e}")))?;
+        // In a cluster, the recovered current fragment may end in commits that were never
+        // acknowledged and that the journal's history has since overwritten (found by the
+        // simulation, `sim.rs`, seed 34): its content is forgotten, as a Gazette broker
+        // forgets its spool with its process, and the pipeline's sync rolls this replica
+        // forward to its peers. Fragments completed before it were agreed by a sync.
+        if core.keyspace.current().cluster && spool.fragment().end > spool.fragment().begin {
+            tracing::info!(
+                journal = %journal,
+                begin = spool.fragment().begin,
+                end = spool.fragment().end,
+                "cluster mode: discarding the recovered spool's unconfirmed content"
+            );
+            spool.discard().await.map_err(|e| {
+                RpcError::unknown(format!("discarding the spool of {journal}: {e}"))
+            })?;
+        }
         let mut index = Index::new();
         for fragment in &recovered {
             index.add_local(fragment.clone());

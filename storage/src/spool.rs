@@ -435,6 +435,31 @@ impl Spool {
         self.write(content).await.map_err(ContentError::Storage)
     }
 
+    /// Forgets the current fragment's content, keeping its begin, codec and registers: its
+    /// files are removed and the spool is empty at `begin`. A replica rejoining a cluster
+    /// does this with its recovered spool, whose last commits it cannot tell acknowledged
+    /// from abandoned (a primary may have failed before acknowledging, and the journal's
+    /// history moved on without this broker); the pipeline's sync then rolls it forward.
+    pub async fn discard(&mut self) -> Result<(), StorageError> {
+        self.check()?;
+        let mut next = Spool::empty(
+            &self.root,
+            self.dir.clone(),
+            &self.fragment.journal,
+            self.fragment.begin,
+            self.fragment.compression_codec,
+            self.registers.clone(),
+        );
+        next.dirs_dirty = true;
+        let mut previous = std::mem::replace(self, next);
+        if let Some(log) = previous.commits.take()
+            && let Err(e) = log.close().await
+        {
+            tracing::warn!(error = %e, "closing a discarded commit log");
+        }
+        previous.file.remove().await
+    }
+
     /// Flushes the fragment's content and commit log to the device
     /// (`fdatasync`), and the directories if entries were created since the
     /// last sync. Covers only the current fragment: call it before `roll` if
