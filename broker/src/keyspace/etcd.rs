@@ -145,15 +145,7 @@ impl Etcd {
                 tracing::warn!(key = ?kv.key(), "skipping a non-UTF-8 etcd key");
                 continue;
             };
-            keys.insert(
-                name.to_string(),
-                KeyValue {
-                    value: Bytes::copy_from_slice(kv.value()),
-                    create_revision: kv.create_revision(),
-                    mod_revision: kv.mod_revision(),
-                    lease: kv.lease(),
-                },
-            );
+            keys.insert(name.to_string(), key_value(kv));
         }
         let snapshot = build(
             &cfg.root,
@@ -333,15 +325,7 @@ impl Etcd {
             let Ok(name) = kv.key_str() else { continue };
             match event.event_type() {
                 EventType::Put => {
-                    keys.insert(
-                        name.to_string(),
-                        KeyValue {
-                            value: Bytes::copy_from_slice(kv.value()),
-                            create_revision: kv.create_revision(),
-                            mod_revision: kv.mod_revision(),
-                            lease: kv.lease(),
-                        },
-                    );
+                    keys.insert(name.to_string(), key_value(kv));
                 }
                 EventType::Delete => {
                     keys.remove(name);
@@ -486,6 +470,16 @@ fn fatal(msg: &str) -> ! {
     tracing::error!(%msg, "etcd keyspace failed");
     eprintln!("courant: {msg}");
     std::process::exit(1)
+}
+
+/// Our copy of an etcd key's value, revisions and lease.
+fn key_value(kv: &etcd_client::KeyValue) -> KeyValue {
+    KeyValue {
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        lease: kv.lease(),
+    }
 }
 
 fn build(
