@@ -386,6 +386,11 @@ async fn validate_and_stream(
 /// closes kept pipelines on later changes; this covers a change while the append held it.)
 fn keep_pipeline(core: &Core, replica: &Replica, pln: Pipeline) {
     let snapshot = core.keyspace.current();
+    if !snapshot.cluster {
+        // The single node leads every journal alone: nothing to check per append.
+        replica.pipeline.replace(Some(pln));
+        return;
+    }
     let route = resolver::route_of_journal(core, &snapshot, &replica.journal);
     let leads = usize::try_from(route.primary)
         .ok()
