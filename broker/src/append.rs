@@ -16,10 +16,10 @@ use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::validate::Validate;
 use protocol::{AppendRequest, AppendResponse, Fragment, JournalSpec, LabelSet, Status};
-use sha1::{Digest, Sha1};
 use std::cmp::Ordering;
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use storage::Summer;
 use storage::spool::Spool;
 
 pub async fn append(
@@ -274,7 +274,7 @@ async fn validate_and_stream(
         roll(core, replica, spool, pln, &spec, at).await?;
     }
     let begin = spool.fragment().end;
-    let mut summer = Sha1::new();
+    let mut summer = Summer::new();
     let mut total_chunks: i64 = 0;
     let mut delayed_chunks: i64 = 0;
     let mut appended: i64 = 0;
@@ -307,10 +307,12 @@ async fn validate_and_stream(
                 glommio::timer::sleep(wait).await;
             }
             min_rate.on_bytes(chunk.content.len());
-            summer.update(&chunk.content);
             pln.content(core, &res.journal, &chunk.content, appended)
                 .await?;
-            spool.write(&chunk.content).await.map_err(storage_err)?;
+            spool
+                .write_summing(&chunk.content, Some(&mut summer))
+                .await
+                .map_err(storage_err)?;
             appended += chunk.content.len() as i64;
         }
     }
@@ -364,7 +366,7 @@ async fn validate_and_stream(
         begin,
         end: begin + appended,
         // Over the client's bytes only; an empty append carries SHA1("") as in Gazette.
-        sum: Some(protocol::sum::sum_from_bytes(&summer.finalize().into())),
+        sum: Some(protocol::sum::sum_from_bytes(&summer.digest())),
         compression_codec: committed.compression_codec,
         ..Default::default()
     };

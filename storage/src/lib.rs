@@ -27,6 +27,7 @@ pub mod naming;
 mod record;
 mod sha;
 pub mod spool;
+pub mod summer;
 #[cfg(test)]
 mod testing;
 
@@ -34,3 +35,4 @@ pub use error::StorageError;
 pub use fragment::{FragmentFile, LocalFragment};
 pub use index::{Changed, Index, Query};
 pub use spool::Spool;
+pub use summer::Summer;

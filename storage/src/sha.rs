@@ -5,7 +5,9 @@
 //! the all-zero sum, not SHA1(""). (`protocol::sum` will carry shared helpers;
 //! these stay private to storage until then.)
 
+use crate::summer::Summer;
 use protocol::Sha1Sum;
+#[cfg(test)]
 use sha1::{Digest, Sha1};
 
 /// The sum carried by empty fragments.
@@ -39,9 +41,8 @@ pub(crate) fn sum_to_digest(sum: &Sha1Sum) -> [u8; 20] {
 }
 
 /// The sum of a running hasher's content so far, leaving the hasher as it is.
-pub(crate) fn sum_of(hasher: &Sha1) -> Sha1Sum {
-    let digest: [u8; 20] = hasher.clone().finalize().into();
-    sum_from_digest(&digest)
+pub(crate) fn sum_of(summer: &Summer) -> Sha1Sum {
+    sum_from_digest(&summer.digest())
 }
 
 /// The sum of `content`, with the empty-content special case.
@@ -78,7 +79,7 @@ mod tests {
         );
         assert_eq!(sum_of_bytes(b""), zero_sum());
 
-        let mut running = Sha1::new();
+        let mut running = Summer::new();
         running.update(b"foo");
         running.update(b"bar");
         assert_eq!(sum_of(&running), sum);

@@ -51,6 +51,7 @@ use crate::StorageError;
 use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, write_all};
 use crate::record::{self, CommitRecord};
 use crate::sha::{sum_of, zero_sum};
+use crate::summer::Summer;
 
 /// Chunk size for re-hashing a fragment's content during recovery.
 const RECOVERY_READ_LEN: usize = 1 << 20;
@@ -78,9 +79,9 @@ pub struct Spool {
     /// Registers as of the last record in the log (None: no record yet).
     logged_registers: Option<LabelSet>,
     /// SHA-1 over [begin, end).
-    committed_sum: Sha1,
+    committed_sum: Summer,
     /// SHA-1 over [begin, end + delta).
-    pending_sum: Sha1,
+    pending_sum: Summer,
     /// Furthest file position ever written (may exceed the committed length
     /// after a rollback).
     written_len: u64,
@@ -184,8 +185,8 @@ impl Spool {
             commits: None,
             commits_len: 0,
             logged_registers: None,
-            committed_sum: Sha1::new(),
-            pending_sum: Sha1::new(),
+            committed_sum: Summer::new(),
+            pending_sum: Summer::new(),
             written_len: 0,
             dirs_dirty: true,
             poisoned: None,
@@ -263,6 +264,17 @@ impl Spool {
     /// Writes uncommitted `content` after any already pending, at journal
     /// offset `end + delta`. Not visible to readers until `commit`.
     pub async fn write(&mut self, content: &Bytes) -> Result<(), StorageError> {
+        self.write_summing(content, None).await
+    }
+
+    /// `write`, adding `content` also to `also` (an append's own sum) in the same pass over
+    /// the bytes as the spool's sum (see [`Summer::update_pair`]). `also` is updated only
+    /// when the write succeeds.
+    pub async fn write_summing(
+        &mut self,
+        content: &Bytes,
+        also: Option<&mut Summer>,
+    ) -> Result<(), StorageError> {
         self.check()?;
         if content.is_empty() {
             return Ok(());
@@ -280,7 +292,10 @@ impl Spool {
             return Err(self.poison(e));
         }
         self.dirs_dirty |= pos == 0;
-        self.pending_sum.update(content);
+        match also {
+            Some(other) => Summer::update_pair(&mut self.pending_sum, other, content),
+            None => self.pending_sum.update(content),
+        }
         self.delta += content.len() as i64;
         self.written_len = self.written_len.max(pos + content.len() as u64);
         Ok(())
@@ -619,7 +634,7 @@ struct RecoveredFragment {
     file: BufferedFile,
     commits: BufferedFile,
     commits_len: u64,
-    sum: Sha1,
+    sum: Summer,
 }
 
 impl RecoveredFragment {
@@ -794,8 +809,8 @@ async fn recover_fragment(
 }
 
 /// SHA-1 over the first `len` bytes of `file`.
-async fn hash_content(file: &BufferedFile, len: u64) -> std::io::Result<Sha1> {
-    let mut sum = Sha1::new();
+async fn hash_content(file: &BufferedFile, len: u64) -> std::io::Result<Summer> {
+    let mut sum = Summer::new();
     let mut pos = 0u64;
     while pos < len {
         let want = (len - pos).min(RECOVERY_READ_LEN as u64) as usize;
