@@ -749,7 +749,7 @@ fn replication_3(ctx: &Ctx) -> Scenario {
 const R3_JOURNALS: usize = 4;
 
 /// Open-loop runs at fractions of Courant's max rate (and at half of Gazette's), with
-/// latency; one broker of each kind serves all the points.
+/// latency; each point runs on freshly started brokers.
 fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
     let courant_max = max_row
         .courant
@@ -802,27 +802,25 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
             gazette: None,
         })
         .collect();
-    // Both brokers stay up for the whole sweep and the points alternate between them, so a
-    // change in the machine's background load hits both alike.
-    let mut brokers: Vec<(Kind, Result<Broker, String>)> = ctx
-        .kinds()
-        .into_iter()
-        .map(|kind| (kind, ctx.start(kind, &BrokerOptions::default())))
-        .collect();
+    // The points alternate between the brokers, so a change in the machine's background load
+    // hits both alike. Each point gets fresh brokers: with no stores every byte stays in the
+    // brokers' spools, and a full-profile sweep would otherwise fill the scratch disk.
     for (i, ((tag, spec), row)) in specs.iter().zip(rows.iter_mut()).enumerate() {
         eprintln!(
             "courant-bench: sweep: {} (load average {})",
             row.label,
             procs::load_average()
         );
-        for (kind, broker) in brokers.iter_mut() {
-            let m = match broker {
-                Ok(b) => {
-                    if b.alive() {
-                        ctx.run_one(b, "sweep", i, tag, spec, false)
+        for kind in ctx.kinds() {
+            let m = match ctx.start(kind, &BrokerOptions::default()) {
+                Ok(mut b) => {
+                    let m = if b.alive() {
+                        ctx.run_one(&mut b, "sweep", i, tag, spec, false)
                     } else {
                         failed("not run: the broker had exited")
-                    }
+                    };
+                    b.stop();
+                    m
                 }
                 Err(e) => failed(&format!("broker did not start: {e}")),
             };
@@ -832,16 +830,13 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
             }
         }
     }
-    for (_, b) in brokers {
-        let Ok(b) = b else { continue };
-        b.stop();
-    }
     Scenario {
         name: "sweep",
         title: "Rate sweep with latency".into(),
         params: format!(
             "{} Rates are fractions of Courant's max-100b rate measured in this run \
-             ({} records/s){}; both brokers stay up for the whole sweep and the points alternate between them (Courant, then Gazette, per point).",
+             ({} records/s){}; the points alternate between the brokers (Courant, then Gazette, per \
+             point), each on a freshly started broker.",
             describe(&base).replace("max rate", "open loop at the row's offered rate"),
             report::rate(courant_max),
             gazette_max
