@@ -915,8 +915,8 @@ fn machine_facts(load_start: &str, scratch: &Path) -> Vec<(String, String)> {
         (
             "load average (1/5/15 min)".into(),
             format!(
-                "{load_start} at the start, {} at the end; shared machine: other engineers' \
-                 builds and tests were running",
+                "{load_start} at the start, {} at the end (the benchmark's own brokers and \
+                 clients count in it; the VM and its host may carry other work)",
                 procs::load_average()
             ),
         ),
