@@ -346,9 +346,16 @@ async fn validate_and_stream(
         spool.fragment().clone()
     } else {
         if pln.has_peers() {
-            pln.propose(core, &spool.next(), &next_registers, true)
-                .await?;
-            pln.gather_ok(core, &res.journal).await?;
+            let replicated = async {
+                pln.propose(core, &spool.next(), &next_registers, true)
+                    .await?;
+                pln.gather_ok(core, &res.journal).await
+            }
+            .await;
+            if let Err(err) = replicated {
+                keep_proposed(spool, next_registers, &res.journal).await;
+                return Err(err);
+            }
         }
         let committed = match spool.commit(next_registers).await {
             Ok(committed) => committed,
@@ -380,6 +387,27 @@ async fn validate_and_stream(
         store_health_error: String::new(),
     };
     out.send(&resp).await
+}
+
+/// After a failed commit round, commits the append's content to this broker's own spool
+/// anyway (without showing it to readers yet), as Gazette's primary applies each proposal to
+/// its own spool when it sends it. A peer may have committed the proposal before the round
+/// failed; the next sync then rolls every replica forward to that end, and if the primary
+/// had rolled the content back, the only copy would be on that peer, lost if it leaves the
+/// route before persisting it (a hole readers block at). Kept here, the content becomes part
+/// of the fragment this broker completes and persists at that roll. The client still gets
+/// the error: the outcome is unknown to it, as in Gazette. If this broker was deposed and
+/// stays a member, the new primary's sync (which waits for this spool) sees the kept end and
+/// rolls everyone past it; if it left the route, its replica is closed and a later open
+/// discards the recovered current fragment, so the content reaches no store.
+async fn keep_proposed(spool: &mut Spool, registers: LabelSet, journal: &str) {
+    if spool.delta() == 0 {
+        return;
+    }
+    if let Err(err) = spool.commit(registers).await {
+        tracing::warn!(journal, error = %err, "keeping proposed content after a failed commit round");
+        spool.rollback();
+    }
 }
 
 /// Keeps the pipeline for the journal's next append, if this broker still leads the

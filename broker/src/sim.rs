@@ -17,8 +17,9 @@
 //!   desired replication, the offset preconditions against the fragment index
 //!   (INDEX_HAS_GREATER_OFFSET, the `wrote_before` resume, explicit offsets at the write head,
 //!   the first fragment's roll), `maybe_roll`/`roll`, stream content with `content_delta`,
-//!   the commit proposal, gather every ack, then the local commit; on any failure the spool
-//!   rolls back and the pipeline is dropped), `Replica::persist` (every completed fragment
+//!   the commit proposal, gather every ack, then the local commit; on a failure after the
+//!   content was streamed, the primary still commits what it proposed (`keep_proposed`),
+//!   otherwise the spool rolls back; the pipeline is dropped), `Replica::persist` (every completed fragment
 //!   reaches a shared store at once, and the index lists it at once: the index's best
 //!   case, unless [`Model::StaleListing`]), the replica's side of `replicate.rs` (wait for the
 //!   header's revision, answer WRONG_ROUTE to a Route it does not share (NOT_JOURNAL_BROKER
@@ -1311,10 +1312,24 @@ impl Sim {
         };
         match self.cfg.variant {
             Variant::Correct | Variant::NoRollForward => {
-                self.send(p, j, proposal).await?;
-                self.fault_point(p, j, "after the commit proposal").await?;
-                self.gather_ok(p, j).await?;
-                self.fault_point(p, j, "after the peers committed").await?;
+                let gathered: Res<()> = async {
+                    self.send(p, j, proposal).await?;
+                    self.fault_point(p, j, "after the commit proposal").await?;
+                    self.gather_ok(p, j).await?;
+                    self.fault_point(p, j, "after the peers committed").await
+                }
+                .await;
+                if let Err(e) = gathered {
+                    // append.rs `keep_proposed`: a primary that is still up keeps what it
+                    // proposed, since a peer may have committed it.
+                    if !matches!(e, Stop::Bug(_))
+                        && self.brokers[p].up
+                        && self.spool(p, j).delta() > 0
+                    {
+                        self.spool(p, j).commit(next_registers).await?;
+                    }
+                    return Err(e);
+                }
                 self.spool(p, j).commit(next_registers).await?;
                 self.fault_point(p, j, "after the primary committed")
                     .await?;
