@@ -524,8 +524,8 @@ async fn apply_local(
     Ok(())
 }
 
-/// A zero-length proposal at `at`: a roll.
-fn empty_at(spool: &Spool, at: i64, codec: protocol::CompressionCodec) -> Fragment {
+/// A zero-length proposal at `at`: a roll (also used by the simulation).
+pub(crate) fn empty_at(spool: &Spool, at: i64, codec: protocol::CompressionCodec) -> Fragment {
     Fragment {
         journal: spool.fragment().journal.clone(),
         begin: at,

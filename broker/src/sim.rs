@@ -65,6 +65,7 @@
 //! `stale-listing` picks another [`Model`]. A violation panics with `seed S: ...` and the tail
 //! of the event trace.
 
+use crate::append::empty_at;
 use crate::pipeline::{MAX_SYNC_ROUNDS, Synced, decide_sync};
 use bytes::Bytes;
 use protocol::process_spec::Id;
@@ -503,18 +504,6 @@ fn maybe_roll(
         return None;
     }
     Some(at)
-}
-
-/// append.rs `empty_at`: a zero-length proposal at `at`.
-fn empty_at(spool: &Spool, at: i64, codec: CompressionCodec) -> Fragment {
-    Fragment {
-        journal: spool.fragment().journal.clone(),
-        begin: at,
-        end: at,
-        sum: Some(Default::default()),
-        compression_codec: codec as i32,
-        ..Default::default()
-    }
 }
 
 /// replicate.rs `apply_proposal` and the content branch: applies one message of an opened
