@@ -17,6 +17,7 @@ mod jwt;
 mod keyspace;
 mod list;
 mod metrics;
+mod mutation;
 mod peer;
 mod pipeline;
 mod proxy;
