@@ -153,6 +153,9 @@ pub async fn apply(
                 if !claims.admits(&spec.name, spec.labels.as_ref()) {
                     return Err(not_authorized(&spec.name));
                 }
+                // Names must map inside every store's root (see stores::confine).
+                crate::stores::confine::check_spec_stores(spec, &core.cfg.default_store)
+                    .map_err(RpcError::unknown)?;
                 let key = item_key(root, &spec.name);
                 let op = Op::put(key.clone(), spec.encode_to_vec());
                 (key, op)

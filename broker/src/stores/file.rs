@@ -37,8 +37,11 @@ impl FileStore {
         self.root.join(self.prefix.trim_start_matches('/'))
     }
 
-    fn path_of(&self, path: &str) -> PathBuf {
-        self.base().join(path)
+    /// The file of `path`, refused when it would leave the store's root
+    /// ([`super::confine`]).
+    fn path_of(&self, path: &str) -> StoreResult<PathBuf> {
+        super::confine::check_key(&format!("{}{path}", self.prefix.trim_start_matches('/')))?;
+        Ok(self.base().join(path))
     }
 }
 
@@ -69,15 +72,18 @@ fn mod_time_of(meta: &std::fs::Metadata) -> i64 {
 impl Store for FileStore {
     fn list<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Vec<ObjectInfo>> {
         let dir = self.path_of(prefix);
-        Box::pin(blocking(move || list_dir(&dir)))
+        Box::pin(async move { blocking(move || list_dir(&dir?)).await })
     }
 
     fn exists<'a>(&'a self, path: &'a str) -> StoreFuture<'a, Option<i64>> {
         let file = self.path_of(path);
-        Box::pin(blocking(move || match std::fs::metadata(&file) {
-            Ok(meta) => Ok(Some(mod_time_of(&meta))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("stat", &file, e)),
+        Box::pin(blocking(move || {
+            let file = file?;
+            match std::fs::metadata(&file) {
+                Ok(meta) => Ok(Some(mod_time_of(&meta))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io_err("stat", &file, e)),
+            }
         }))
     }
 
@@ -89,12 +95,13 @@ impl Store for FileStore {
     ) -> StoreFuture<'a, ()> {
         let base = self.base();
         let target = self.path_of(path);
-        Box::pin(blocking(move || put_file(&base, &target, source)))
+        Box::pin(blocking(move || put_file(&base, &target?, source)))
     }
 
     fn get<'a>(&'a self, path: &'a str) -> StoreFuture<'a, ObjectBody> {
         let file = self.path_of(path);
         Box::pin(async move {
+            let file = file?;
             let opened = {
                 let file = file.clone();
                 blocking(move || std::fs::File::open(&file).map_err(|e| io_err("open", &file, e)))
@@ -133,13 +140,16 @@ impl Store for FileStore {
     }
 
     fn sign_get<'a>(&'a self, path: &'a str, _ttl: Duration) -> StoreFuture<'a, String> {
-        let url = format!("file://{}{}", self.prefix, path);
-        Box::pin(async move { Ok(url) })
+        let checked = self
+            .path_of(path)
+            .map(|_| format!("file://{}{}", self.prefix, path));
+        Box::pin(async move { checked })
     }
 
     fn delete<'a>(&'a self, path: &'a str) -> StoreFuture<'a, ()> {
         let file = self.path_of(path);
         Box::pin(blocking(move || {
+            let file = file?;
             std::fs::remove_file(&file).map_err(|e| io_err("remove", &file, e))
         }))
     }
@@ -301,5 +311,41 @@ mod tests {
             err.message.contains("invalid file store directory"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn paths_leaving_the_root_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("pre")).unwrap();
+        let store = FileStore::new(&root, "/pre/");
+        let escape = "../../escape/j/x.raw";
+        rt().block_on(async {
+            let err = store
+                .put(escape, PutSource::Bytes(Bytes::from_static(b"x")), None)
+                .await
+                .unwrap_err();
+            assert!(err.message.contains("leave the store's root"), "{err}");
+            assert!(store.get(escape).await.is_err());
+            assert!(store.exists(escape).await.is_err());
+            assert!(store.list("../../escape/").await.is_err());
+            assert!(
+                store
+                    .sign_get(escape, Duration::from_secs(1))
+                    .await
+                    .is_err()
+            );
+            assert!(store.delete(escape).await.is_err());
+        });
+        assert!(
+            !dir.path().join("escape").exists(),
+            "nothing written outside"
+        );
+        // A prefix that itself climbs out is refused too.
+        let store = FileStore::new(&root, "/../");
+        let err = rt()
+            .block_on(store.put("j/x", PutSource::Bytes(Bytes::from_static(b"x")), None))
+            .unwrap_err();
+        assert!(err.message.contains("leave the store's root"), "{err}");
     }
 }

@@ -420,6 +420,7 @@ impl GcsStore {
 impl Store for GcsStore {
     fn list<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Vec<ObjectInfo>> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(prefix))?;
             let full = self.name(prefix);
             let mut out = Vec::new();
             let mut token: Option<String> = None;
@@ -476,6 +477,7 @@ impl Store for GcsStore {
 
     fn exists<'a>(&'a self, path: &'a str) -> StoreFuture<'a, Option<i64>> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(path))?;
             let resp = self
                 .request(reqwest::Method::GET, &self.object_url(path))
                 .await?
@@ -502,6 +504,7 @@ impl Store for GcsStore {
         content_encoding: Option<&'a str>,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(path))?;
             match source {
                 PutSource::Bytes(bytes) => self.put_media(path, bytes, content_encoding).await,
                 PutSource::File { path: file, len } if len <= SINGLE_PUT_MAX => {
@@ -517,6 +520,7 @@ impl Store for GcsStore {
 
     fn get<'a>(&'a self, path: &'a str) -> StoreFuture<'a, ObjectBody> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(path))?;
             let resp = self
                 .request(
                     reqwest::Method::GET,
@@ -551,6 +555,7 @@ impl Store for GcsStore {
 
     fn sign_get<'a>(&'a self, path: &'a str, ttl: Duration) -> StoreFuture<'a, String> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(path))?;
             match &self.auth {
                 // The emulator checks no signature: the plain media URL.
                 Auth::Emulator => Ok(format!("{}?alt=media", self.object_url(path))),
@@ -566,6 +571,7 @@ impl Store for GcsStore {
 
     fn delete<'a>(&'a self, path: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            super::confine::check_key(&self.name(path))?;
             let resp = self
                 .request(reqwest::Method::DELETE, &self.object_url(path))
                 .await?
@@ -616,5 +622,41 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.contains("only service_account"), "{err}");
+    }
+
+    #[test]
+    fn object_names_leaving_the_prefix_are_refused() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let store = GcsStore {
+            client: reqwest::Client::new(),
+            auth: Auth::Emulator,
+            base: "http://127.0.0.1:1".into(),
+            bucket: "bucket".into(),
+            prefix: "tenant/".into(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let escape = "../other/j/x.raw";
+        rt.block_on(async {
+            let err = store
+                .put(escape, PutSource::Bytes(Bytes::from_static(b"x")), None)
+                .await
+                .unwrap_err();
+            assert!(err.message.contains("leave the store's root"), "{err}");
+            for err in [
+                store.exists(escape).await.unwrap_err(),
+                store.get(escape).await.err().unwrap(),
+                store
+                    .sign_get(escape, Duration::from_secs(1))
+                    .await
+                    .unwrap_err(),
+                store.delete(escape).await.unwrap_err(),
+                store.list("../other/").await.unwrap_err(),
+            ] {
+                assert!(err.message.contains("leave the store's root"), "{err}");
+            }
+        });
     }
 }

@@ -16,6 +16,7 @@
 //!   arguments and its health, checked in the background as Gazette does.
 //! * [`persist`]: the background uploader, listings and reads of persisted fragments.
 
+pub mod confine;
 pub mod file;
 pub mod gcs;
 pub mod object;

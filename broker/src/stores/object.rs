@@ -223,7 +223,10 @@ impl ObjectStoreBackend {
         }
     }
 
+    /// The object key of `path`, refused when it would leave the store's root
+    /// ([`super::confine`]).
     fn key(&self, path: &str) -> StoreResult<ObjPath> {
+        super::confine::check_key(&format!("{}{}", self.prefix, path))?;
         ObjPath::parse(format!("{}{}", self.prefix, path))
             .map_err(|e| StoreError::new(format!("invalid object path {path:?}: {e}")))
     }
@@ -409,4 +412,76 @@ pub(crate) async fn read_part(
     })
     .await
     .map_err(|e| StoreError::new(format!("read task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod confine_tests {
+    use super::*;
+
+    fn check_refuses(store: &ObjectStoreBackend) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let escape = "../other/j/x.raw";
+        rt.block_on(async {
+            for err in [
+                store
+                    .put(
+                        escape,
+                        PutSource::Bytes(bytes::Bytes::from_static(b"x")),
+                        None,
+                    )
+                    .await
+                    .unwrap_err(),
+                store.exists(escape).await.unwrap_err(),
+                store.get(escape).await.err().unwrap(),
+                store
+                    .sign_get(escape, Duration::from_secs(1))
+                    .await
+                    .unwrap_err(),
+                store.delete(escape).await.unwrap_err(),
+                store.list("../other/").await.unwrap_err(),
+            ] {
+                assert!(err.message.contains("leave the store's root"), "{err}");
+            }
+        });
+        assert!(store.key("j/x.raw").is_ok());
+    }
+
+    #[test]
+    fn s3_keys_leaving_the_prefix_are_refused() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let url = protocol::validate::validate_fragment_store_url(
+            "s3://bucket/tenant/?region=us-east-1&endpoint=http%3A%2F%2F127.0.0.1%3A1",
+        )
+        .unwrap();
+        let args = protocol::validate::parse_store_query_args(&url).unwrap();
+        check_refuses(&ObjectStoreBackend::s3(&url, &args).unwrap());
+    }
+
+    #[test]
+    fn azure_blobs_leaving_the_prefix_are_refused() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let azure = object_store::azure::MicrosoftAzureBuilder::new()
+            .with_account("acct")
+            .with_access_key(AZURITE_KEY)
+            .with_container_name("container")
+            .build()
+            .unwrap();
+        let store = ObjectStoreBackend {
+            backend: Backend::Azure(
+                azure,
+                AzureSas {
+                    account: "acct".into(),
+                    key: b"key".to_vec(),
+                    base: "http://127.0.0.1:1/acct".into(),
+                    container: "container".into(),
+                },
+            ),
+            prefix: "tenant/".into(),
+            storage_class: None,
+        };
+        check_refuses(&store);
+    }
 }
