@@ -3,7 +3,8 @@
 //!
 //! Lives on: the accepting core; the Read or Append itself runs on the journal's owner
 //! core, fed and drained over channels. As in Gazette, the gateway calls the broker as the
-//! broker itself (its loopback client re-signs), so it is not gated by the caller's token.
+//! broker itself (its loopback client re-signs); unlike Gazette, with `--broker.auth-keys`
+//! each request first needs a token allowing it (`gateway_auth.rs`).
 
 use super::parse::{self, ParseError};
 use super::{ConnError, Exchange, Outcome, Response};
@@ -17,6 +18,11 @@ use protocol::validate::Validate;
 use protocol::{AppendRequest, AppendResponse, Header, ReadRequest, ReadResponse, Route, Status};
 
 pub async fn serve(ex: &mut Exchange<'_>) -> Outcome {
+    if let Err(refused) = authorize(ex) {
+        return ex
+            .error(Response::new(refused.status), &refused.message)
+            .await;
+    }
     match ex.head.method.as_str() {
         "GET" | "HEAD" => serve_read(ex).await,
         "PUT" => serve_write(ex).await,
@@ -24,6 +30,34 @@ pub async fn serve(ex: &mut Exchange<'_>) -> Outcome {
             let msg = format!("unknown method: {other}");
             ex.error(Response::new(400), &msg).await
         }
+    }
+}
+
+/// With `--broker.auth-keys`, the request's token must allow its method on its journal
+/// (see `gateway_auth`; a deliberate difference from Gazette).
+fn authorize(ex: &Exchange<'_>) -> Result<(), super::gateway_auth::Refused> {
+    let require = match ex.head.method.as_str() {
+        "PUT" => crate::auth::APPEND,
+        _ => crate::auth::READ,
+    };
+    let journal = journal_of(ex).unwrap_or_default();
+    let journal = protocol::validate::strip_meta(&journal);
+    super::gateway_auth::authorize(
+        ex.core,
+        ex.head.header("authorization"),
+        ex.head.query(),
+        require,
+        journal,
+    )
+    .map(|_| ())
+}
+
+/// Query parameters a request may carry besides its own: `token` when auth is on.
+fn extra_fields(ex: &Exchange<'_>) -> &'static [&'static str] {
+    if ex.core.auth.enabled() {
+        &[super::gateway_auth::TOKEN_PARAM]
+    } else {
+        &[]
     }
 }
 
@@ -70,7 +104,9 @@ fn decode_query(query: &str, fields: &[&str]) -> Result<Vec<(String, String)>, S
 
 fn parse_read_request(ex: &Exchange<'_>) -> Result<ReadRequest, String> {
     let journal = journal_of(ex)?;
-    let params = decode_query(ex.head.query(), &["offset", "block"])?;
+    let mut fields = vec!["offset", "block"];
+    fields.extend_from_slice(extra_fields(ex));
+    let params = decode_query(ex.head.query(), &fields)?;
     let mut req = ReadRequest {
         journal,
         metadata_only: ex.head.method == "HEAD",
@@ -83,6 +119,7 @@ fn parse_read_request(ex: &Exchange<'_>) -> Result<ReadRequest, String> {
         let conversion = || format!("schema: error converting value for \"{name}\"");
         match name.as_str() {
             "offset" => req.offset = value.parse().map_err(|_| conversion())?,
+            super::gateway_auth::TOKEN_PARAM => {}
             _ => req.block = parse_go_bool(&value).ok_or_else(conversion)?,
         }
     }
@@ -216,7 +253,7 @@ async fn stream_content(
 
 async fn serve_write(ex: &mut Exchange<'_>) -> Outcome {
     let req = match journal_of(ex).and_then(|journal| {
-        decode_query(ex.head.query(), &[])?;
+        decode_query(ex.head.query(), extra_fields(ex))?;
         let req = AppendRequest {
             journal,
             ..Default::default()

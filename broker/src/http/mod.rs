@@ -13,6 +13,7 @@
 //! [`IDLE_TIMEOUT`]; each body read and each write must progress within [`IO_TIMEOUT`].
 
 pub mod gateway;
+pub mod gateway_auth;
 pub mod json;
 pub mod parse;
 pub mod v1;
