@@ -28,8 +28,7 @@ pub async fn append(
     input: &mut CallIn,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
-    req.validate()
-        .map_err(|e| RpcError::unknown(e.to_string()))?;
+    crate::errors::validate_append(&req)?;
     let mut wait_revision = 0i64;
     let mut slot: Option<Rc<Replica>>;
     // Resolve, acquire the spool and sync the pipeline, until this broker is the
@@ -656,7 +655,7 @@ fn with_context(err: RpcError) -> RpcError {
 }
 
 fn storage_err(err: storage::StorageError) -> RpcError {
-    RpcError::unknown(format!("spool: {err}"))
+    crate::errors::storage_err(err)
 }
 
 fn may_write(spec: &JournalSpec) -> bool {

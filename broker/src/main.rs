@@ -9,6 +9,7 @@ mod call;
 mod config;
 mod control;
 mod core;
+mod errors;
 mod flow;
 mod http;
 mod ini;

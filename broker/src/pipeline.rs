@@ -70,13 +70,7 @@ impl Pipeline {
                     journal,
                 )
                 .await
-                .map_err(|e| {
-                    RpcError::unknown(format!(
-                        "replication to {}: {}",
-                        describe(member),
-                        e.message
-                    ))
-                })?;
+                .map_err(|e| crate::errors::peer_err(&describe(member), None, e))?;
             peers.push(Peer {
                 id: member.clone(),
                 call,
@@ -358,11 +352,7 @@ fn describe(id: &Id) -> String {
 }
 
 fn peer_err(id: &Id, what: &str, e: RpcError) -> RpcError {
-    RpcError::unknown(format!(
-        "replication to {} ({what}): {}",
-        describe(id),
-        e.message
-    ))
+    crate::errors::peer_err(&describe(id), Some(what), e)
 }
 
 #[cfg(test)]

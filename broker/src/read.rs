@@ -184,10 +184,10 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         }
         while offset < end {
             let want = ((end - offset) as usize).min(READ_CHUNK);
-            let content = file
-                .read_at(offset, want)
-                .await
-                .map_err(|e| RpcError::unknown(format!("reading fragment: {e}")))?;
+            let content = file.read_at(offset, want).await.map_err(|e| {
+                let e = crate::errors::storage_err(e);
+                RpcError::unknown(format!("reading fragment: {}", e.message))
+            })?;
             if content.is_empty() {
                 return Err(RpcError::unknown(format!(
                     "reading fragment: unexpected end of file at offset {offset}"
