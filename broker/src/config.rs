@@ -58,7 +58,7 @@ pub struct ServeConfig {
     pub etcd_address: Option<String>,
     /// Time-to-live of this broker's etcd lease (its member and assignment keys), as a Go
     /// duration (`20s`, `1m`), at least 1s.
-    #[arg(long = "etcd.lease", env = "ETCD_LEASE", default_value = "20s",
+    #[arg(long = "etcd.lease", env = "ETCD_LEASE_TTL", default_value = "20s",
           value_parser = parse_duration)]
     pub etcd_lease: std::time::Duration,
     /// Root prefix of the keyspace (Gazette's etcd layout; also used by the embedded keyspace).
@@ -86,8 +86,13 @@ pub struct ServeConfig {
     /// PEM certificate (chain) of this broker's TLS server; enables TLS (and `https://`).
     #[arg(long = "broker.server-cert-file", env = "BROKER_SERVER_CERT_FILE")]
     pub server_cert_file: Option<PathBuf>,
-    /// PEM private key of `--broker.server-cert-file`.
-    #[arg(long = "broker.server-key-file", env = "BROKER_SERVER_KEY_FILE")]
+    /// PEM private key of `--broker.server-cert-file` (Gazette's name;
+    /// `--broker.server-key-file` is Courant's older alias).
+    #[arg(
+        long = "broker.server-cert-key-file",
+        alias = "broker.server-key-file",
+        env = "BROKER_SERVER_CERT_KEY_FILE"
+    )]
     pub server_key_file: Option<PathBuf>,
     /// PEM CA certificates: when set, clients must present a certificate signed by one.
     #[arg(long = "broker.server-ca-file", env = "BROKER_SERVER_CA_FILE")]
@@ -136,6 +141,45 @@ pub struct ServeConfig {
     /// io_uring registered-buffer memory per core, in bytes.
     #[arg(long = "tpc.io-memory", env = "COURANT_TPC_IO_MEMORY", default_value_t = 2 << 20)]
     pub io_memory: usize,
+
+    // ---- Gazette's TLS, watch and suspension flags (issue 14; see SECURITY.md) ----
+    /// PEM client certificate this broker presents to its peers (Gazette's
+    /// `--broker.peer-cert-file`).
+    #[arg(long = "broker.peer-cert-file", env = "BROKER_PEER_CERT_FILE")]
+    pub peer_cert_file: Option<PathBuf>,
+    /// PEM private key of `--broker.peer-cert-file`.
+    #[arg(long = "broker.peer-cert-key-file", env = "BROKER_PEER_CERT_KEY_FILE")]
+    pub peer_cert_key_file: Option<PathBuf>,
+    /// PEM CA certificates that peers' server certificates must chain to (`https://` peer
+    /// endpoints). When absent, the system CA pool is used, as Gazette does.
+    #[arg(long = "broker.peer-ca-file", env = "BROKER_PEER_CA_FILE")]
+    pub peer_ca_file: Option<PathBuf>,
+    /// PEM client certificate presented to etcd.
+    #[arg(long = "etcd.cert-file", env = "ETCD_CERT_FILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// PEM private key of `--etcd.cert-file`.
+    #[arg(long = "etcd.cert-key-file", env = "ETCD_CERT_KEY_FILE")]
+    pub etcd_cert_key_file: Option<PathBuf>,
+    /// PEM CA certificates that etcd's server certificate must chain to.
+    #[arg(long = "etcd.trusted-ca-file", env = "ETCD_TRUSTED_CA_FILE")]
+    pub etcd_trusted_ca_file: Option<PathBuf>,
+    /// Delay applied to watched etcd events before they are applied, amortizing
+    /// fast-changing keys (Gazette's `--broker.watch-delay`, a Go duration).
+    #[arg(long = "broker.watch-delay", env = "BROKER_WATCH_DELAY", default_value = "30ms",
+          value_parser = parse_watch_delay)]
+    pub watch_delay: std::time::Duration,
+    /// Automatically suspend journals which have persisted all fragments (Gazette's
+    /// `--broker.auto-suspend`).
+    #[arg(long = "broker.auto-suspend", env = "BROKER_AUTO_SUSPEND")]
+    pub auto_suspend: bool,
+}
+
+/// `--broker.watch-delay`: a Go duration, zero allowed (`0`, `0s`).
+fn parse_watch_delay(text: &str) -> Result<std::time::Duration, String> {
+    if text.trim() == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    parse_duration(text)
 }
 
 /// Parses a Go-style duration made of `<number><unit>` parts (`h`, `m`, `s`, `ms`),

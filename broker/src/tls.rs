@@ -24,7 +24,7 @@ pub fn server_config(cfg: &ServeConfig) -> Result<Option<Arc<rustls::ServerConfi
         (Some(c), Some(k)) => (c, k),
         _ => {
             return Err(
-                "--broker.server-cert-file and --broker.server-key-file go together".into(),
+                "--broker.server-cert-file and --broker.server-cert-key-file go together".into(),
             );
         }
     };
