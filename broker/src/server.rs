@@ -62,6 +62,12 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                 root: cfg.etcd_prefix.clone(),
                 lease_ttl: cfg.etcd_lease,
                 member,
+                watch_delay: cfg.watch_delay,
+                tls: crate::keyspace::etcd::EtcdTls {
+                    cert_file: cfg.etcd_cert_file.clone(),
+                    key_file: cfg.etcd_cert_key_file.clone(),
+                    ca_file: cfg.etcd_trusted_ca_file.clone(),
+                },
             })
         }
     };

@@ -14,8 +14,9 @@
 //! watch, never the snapshot. `cluster_id`, `member_id` and `raft_term` come from etcd's
 //! response headers.
 //!
-//! Not yet as in Gazette: watch responses are applied at once (Gazette batches them over
-//! `--broker.watch-delay`, 30 ms), and each applied response clones the key map.
+//! As in Gazette, applied watch responses are published to the cores after
+//! `--broker.watch-delay` (30 ms by default), so a burst of events is published once; each
+//! applied response still clones the key map.
 
 use super::{
     Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items,
@@ -41,6 +42,51 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// This broker's announcement (process spec with endpoint, journal limit).
     pub member: BrokerSpec,
+    /// `--broker.watch-delay`: how long watched changes wait before they are published to
+    /// the cores, so that bursts of events are applied together (Gazette's
+    /// `WatchApplyDelay`).
+    pub watch_delay: Duration,
+    /// `--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`.
+    pub tls: EtcdTls,
+}
+
+/// TLS to etcd, as Gazette's `--etcd.*-file` flags: a client certificate and key, and
+/// the CA that etcd's certificate must chain to. Used when any is set, or when the
+/// address is `https://`.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdTls {
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl EtcdTls {
+    /// etcd-client's TLS options, or `None` for plain HTTP.
+    pub fn options(&self, address: &str) -> Result<Option<etcd_client::TlsOptions>, String> {
+        use etcd_client::{Certificate, Identity, TlsOptions};
+        let any = self.cert_file.is_some() || self.key_file.is_some() || self.ca_file.is_some();
+        if !any && !address.starts_with("https://") {
+            return Ok(None);
+        }
+        if any && address.starts_with("http://") {
+            return Err(format!(
+                "--etcd.address {address} is http://, but etcd TLS files are set: use https://"
+            ));
+        }
+        let read = |p: &std::path::PathBuf| {
+            std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
+        };
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &self.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(c), Some(k)) => tls = tls.identity(Identity::from_pem(read(c)?, read(k)?)),
+            (None, None) => {}
+            _ => return Err("--etcd.cert-file and --etcd.cert-key-file go together".into()),
+        }
+        Ok(Some(tls))
+    }
 }
 
 pub struct Etcd {
@@ -52,6 +98,7 @@ pub struct Etcd {
     lease: i64,
     lease_ttl: Duration,
     snapshot: Arc<Snapshot>,
+    watch_delay: Duration,
     /// Where a restarted watch resumes: past the last event or progress notification.
     resume: i64,
 }
@@ -68,10 +115,13 @@ fn err(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
 impl Etcd {
     /// Connects, grants the lease, announces this broker and loads the keyspace.
     pub async fn connect(cfg: &Config) -> Result<Etcd, String> {
-        let opts = ConnectOptions::new()
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_require_leader(true);
+        if let Some(tls) = cfg.tls.options(&cfg.address)? {
+            opts = opts.with_tls(tls);
+        }
         let mut client = Client::connect([cfg.address.as_str()], Some(opts))
             .await
             .map_err(|e| format!("connecting to etcd at {}: {e}", cfg.address))?;
@@ -169,6 +219,7 @@ impl Etcd {
             lease_ttl: cfg.lease_ttl,
             resume: announce_rev + 1,
             snapshot: Arc::new(snapshot),
+            watch_delay: cfg.watch_delay,
         })
     }
 
@@ -344,6 +395,24 @@ impl Etcd {
         Ok(true)
     }
 
+    /// Publishes the applied snapshot to the cores and answers the transactions it
+    /// includes.
+    fn publish(
+        &self,
+        watch_tx: &watch::Sender<Arc<Snapshot>>,
+        exiting: bool,
+        pending: &mut Vec<(TxnOutcome, flume::Sender<Result<TxnOutcome, String>>)>,
+    ) {
+        watch_tx.send_replace(self.snapshot());
+        if exiting && !self.holds_assignments() {
+            crate::shutdown::set_drained();
+        }
+        let rev = self.snapshot.revision;
+        for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
+            let _ = reply.send(Ok(o));
+        }
+    }
+
     /// The control loop in etcd mode: transactions from cores, the watch, the lease.
     /// A successful transaction is answered once the watch has applied its revision, so
     /// the requester's core can already see its own change (as in the embedded mode).
@@ -365,6 +434,8 @@ impl Etcd {
         let mut revoked = false;
         let mut exiting = false;
         let mut exit_stage = crate::shutdown::subscribe();
+        // When applied watch changes are next published (`--broker.watch-delay`).
+        let mut publish_at: Option<tokio::time::Instant> = None;
 
         loop {
             if stream.is_none() {
@@ -401,13 +472,12 @@ impl Etcd {
                     Ok(Some(resp)) => match self.apply(&resp) {
                         Ok(true) => {
                             attempt = 0;
-                            watch_tx.send_replace(self.snapshot());
-                            if exiting && !self.holds_assignments() {
-                                crate::shutdown::set_drained();
-                            }
-                            let rev = self.snapshot.revision;
-                            for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
-                                let _ = reply.send(Ok(o));
+                            if self.watch_delay.is_zero() {
+                                self.publish(&watch_tx, exiting, &mut pending);
+                            } else {
+                                publish_at.get_or_insert_with(|| {
+                                    tokio::time::Instant::now() + self.watch_delay
+                                });
                             }
                         }
                         Ok(false) => {}
@@ -422,6 +492,10 @@ impl Etcd {
                         stream = None;
                     }
                 },
+                _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)).await }, if publish_at.is_some() => {
+                    publish_at = None;
+                    self.publish(&watch_tx, exiting, &mut pending);
+                }
                 _ = tick.tick(), if !revoked => {
                     if let Err(e) = keeper.keep_alive().await {
                         tracing::warn!(%e, "etcd lease keep-alive failed");
