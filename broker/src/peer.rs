@@ -24,34 +24,19 @@ pub struct PeerChannels {
     next_gen: std::cell::Cell<u64>,
 }
 
-/// The `host:port` of an `http://host:port[/]` endpoint.
-pub fn endpoint_addr(endpoint: &str) -> Result<String, RpcError> {
-    let rest = endpoint.strip_prefix("http://").ok_or_else(|| {
-        RpcError::unavailable(format!(
-            "peer endpoint {endpoint:?}: only http:// endpoints are supported for broker-to-broker calls"
-        ))
-    })?;
-    let addr = rest.trim_end_matches('/');
-    if addr.is_empty() || addr.contains('/') {
-        return Err(RpcError::unavailable(format!(
-            "peer endpoint {endpoint:?} is not http://host:port"
-        )));
-    }
-    Ok(addr.to_string())
-}
-
 impl Core {
     /// A channel to the broker at `endpoint`, dialing it if this core has none.
     pub async fn peer_channel(self: &Rc<Self>, endpoint: &str) -> Result<Channel, RpcError> {
         if let Some((_, ch)) = self.peer_channels.conns.borrow().get(endpoint) {
             return Ok(ch.clone());
         }
-        let addr = endpoint_addr(endpoint)?;
+        let (addr, secure) = crate::tls::peer_addr(endpoint)?;
         let dial = async {
             let stream = glommio::net::TcpStream::connect(addr.as_str())
                 .await
                 .map_err(|e| RpcError::unavailable(format!("dialing peer {endpoint}: {e}")))?;
             let _ = stream.set_nodelay(true);
+            let stream = crate::tls::peer_stream(stream, &addr, secure).await?;
             Channel::handshake(Io(stream), &addr).await
         };
         let timeout = async {
@@ -110,23 +95,5 @@ impl Core {
     /// Forgets the connection to `endpoint` (after a call on it failed at the transport).
     pub fn drop_peer_channel(&self, endpoint: &str) {
         self.peer_channels.conns.borrow_mut().remove(endpoint);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_parse_to_addresses() {
-        assert_eq!(
-            endpoint_addr("http://127.0.0.1:8080").unwrap(),
-            "127.0.0.1:8080"
-        );
-        assert_eq!(endpoint_addr("http://host:1/").unwrap(), "host:1");
-        assert!(endpoint_addr("https://host:1").is_err());
-        assert!(endpoint_addr("unix:///tmp/x").is_err());
-        assert!(endpoint_addr("http://host:1/path").is_err());
-        assert!(endpoint_addr("http://").is_err());
     }
 }

@@ -63,11 +63,11 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                 lease_ttl: cfg.etcd_lease,
                 member,
                 watch_delay: cfg.watch_delay,
-                tls: crate::keyspace::etcd::EtcdTls {
+                tls: Box::new(crate::keyspace::etcd::EtcdTls {
                     cert_file: cfg.etcd_cert_file.clone(),
                     key_file: cfg.etcd_cert_key_file.clone(),
                     ca_file: cfg.etcd_trusted_ca_file.clone(),
-                },
+                }),
             })
         }
     };
@@ -78,6 +78,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
 
     let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);
     let tls = crate::tls::server_config(&cfg)?;
+    crate::tls::init_peer(&cfg)?;
     let cores = cfg.cores();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)

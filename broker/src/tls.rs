@@ -65,3 +65,146 @@ pub fn server_config(cfg: &ServeConfig) -> Result<Option<Arc<rustls::ServerConfi
     config.alpn_protocols = vec![b"http/1.1".to_vec(), b"h2".to_vec()];
     Ok(Some(Arc::new(config)))
 }
+
+// ---- Peer TLS (Gazette's --broker.peer-cert-file, -peer-cert-key-file, -peer-ca-file) ----
+//
+// Lives on: the client configuration is built once at start-up ([`init_peer`]) and kept in
+// a process-wide `OnceLock`; each core's dial (`peer.rs`) wraps its glommio socket in a
+// TLS client stream when the peer's endpoint is `https://`.
+
+/// A byte stream to a peer: a glommio socket, or TLS over one.
+pub trait PeerStream: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> PeerStream for T {}
+
+static PEER_TLS: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+
+/// Reads PEM certificates from `path`.
+fn pem_certs(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<_, _>>())
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate found", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The client TLS configuration for calls to `https://` peers: roots from
+/// `--broker.peer-ca-file` (else the system CA pool, as Gazette), and the client certificate
+/// of `--broker.peer-cert-file` / `--broker.peer-cert-key-file` when set.
+pub fn peer_client_config(cfg: &ServeConfig) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &cfg.peer_ca_file {
+        Some(ca) => {
+            for cert in pem_certs(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", ca.display()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    let mut config = match (&cfg.peer_cert_file, &cfg.peer_cert_key_file) {
+        (Some(cert), Some(key)) => {
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("reading {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(pem_certs(cert)?, key)
+                .map_err(|e| format!("peer TLS certificate and key: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err(
+                "--broker.peer-cert-file and --broker.peer-cert-key-file go together".into(),
+            );
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Builds the peer client configuration once, at start-up (so a bad file fails the start).
+pub fn init_peer(cfg: &ServeConfig) -> Result<(), String> {
+    let config = peer_client_config(cfg)?;
+    let _ = PEER_TLS.set(config);
+    Ok(())
+}
+
+/// The `host:port` of a peer endpoint (`http://` or `https://`, optional trailing `/`) and
+/// whether it is TLS.
+pub fn peer_addr(endpoint: &str) -> Result<(String, bool), protocol::grpc::RpcError> {
+    use protocol::grpc::RpcError;
+    let (rest, secure) = if let Some(rest) = endpoint.strip_prefix("https://") {
+        (rest, true)
+    } else if let Some(rest) = endpoint.strip_prefix("http://") {
+        (rest, false)
+    } else {
+        return Err(RpcError::unavailable(format!(
+            "peer endpoint {endpoint:?}: only http:// and https:// endpoints are supported for broker-to-broker calls"
+        )));
+    };
+    let addr = rest.trim_end_matches('/');
+    if addr.is_empty() || addr.contains('/') {
+        return Err(RpcError::unavailable(format!(
+            "peer endpoint {endpoint:?} is not http(s)://host:port"
+        )));
+    }
+    Ok((addr.to_string(), secure))
+}
+
+/// Wraps a connected socket to the peer at `addr` in TLS when `secure`, verifying the
+/// peer's certificate for its host name.
+pub async fn peer_stream<S: PeerStream + 'static>(
+    stream: S,
+    addr: &str,
+    secure: bool,
+) -> Result<Box<dyn PeerStream>, protocol::grpc::RpcError> {
+    use protocol::grpc::RpcError;
+    if !secure {
+        return Ok(Box::new(stream));
+    }
+    let config = PEER_TLS
+        .get()
+        .cloned()
+        .ok_or_else(|| RpcError::unavailable("peer TLS is not configured"))?;
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| RpcError::unavailable(format!("peer {addr}: invalid TLS name: {e}")))?;
+    let tls = futures_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(|e| RpcError::unavailable(format!("TLS handshake with peer {addr}: {e}")))?;
+    Ok(Box::new(tls))
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::*;
+
+    #[test]
+    fn peer_endpoints_parse() {
+        assert_eq!(
+            peer_addr("https://host:1/").unwrap(),
+            ("host:1".to_string(), true)
+        );
+        assert_eq!(
+            peer_addr("http://127.0.0.1:8080").unwrap(),
+            ("127.0.0.1:8080".to_string(), false)
+        );
+        assert!(peer_addr("unix:///tmp/x").is_err());
+        assert!(peer_addr("https://host:1/path").is_err());
+    }
+}

@@ -47,7 +47,7 @@ pub struct Config {
     /// `WatchApplyDelay`).
     pub watch_delay: Duration,
     /// `--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`.
-    pub tls: EtcdTls,
+    pub tls: Box<EtcdTls>,
 }
 
 /// TLS to etcd, as Gazette's `--etcd.*-file` flags: a client certificate and key, and
