@@ -4,6 +4,11 @@
 //! lets the allocator proceed) and rolls fragments due a time-based roll, even when no
 //! client appends.
 //!
+//! With `--broker.auto-suspend`, as Gazette's `pulseDaemon`: once a journal's Route has
+//! been stable for [`AUTO_SUSPEND_STABLE_TICKS`] periodic pulses (15 minutes), its pulses
+//! ask SUSPEND_IF_FLUSHED instead of SUSPEND_NO_RESUME, so a journal whose fragments are
+//! all persisted is suspended (and resumed by its next client append).
+//!
 //! Lives on: every core (cluster mode only), for the journals that core owns.
 
 use crate::call::{self, CallIn};
@@ -20,6 +25,9 @@ use std::time::{Duration, Instant};
 const PULSE_INTERVAL: Duration = Duration::from_secs(60);
 /// How long one pulse may take before it is abandoned (and retried).
 const PULSE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Periodic pulses with an unchanged Route before auto-suspend asks SUSPEND_IF_FLUSHED
+/// (Gazette's `stableTicks >= 15`).
+pub const AUTO_SUSPEND_STABLE_TICKS: u32 = 15;
 
 #[derive(Default)]
 struct State {
@@ -27,6 +35,32 @@ struct State {
     running: HashSet<String>,
     /// When each journal was last pulsed, and under which Route.
     last: HashMap<String, (Instant, Route)>,
+    /// Periodic pulses since each journal's Route last changed.
+    stable: HashMap<String, u32>,
+}
+
+/// Stable ticks of a journal about to be pulsed under `route`: one more after a periodic
+/// pulse under the same Route, zero after a Route change (or the first pulse).
+fn next_ticks(prev: u32, last: Option<&(Instant, Route)>, route: &Route) -> u32 {
+    match last {
+        Some((at, last)) if crate::replicate::equivalent(last, route) => {
+            if at.elapsed() >= PULSE_INTERVAL {
+                prev.saturating_add(1)
+            } else {
+                prev
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// The suspend mode of a pulse (Gazette's `pulseDaemon`).
+fn pulse_suspend(auto_suspend: bool, ticks: u32) -> Suspend {
+    if auto_suspend && ticks >= AUTO_SUSPEND_STABLE_TICKS {
+        Suspend::IfFlushed
+    } else {
+        Suspend::NoResume
+    }
 }
 
 pub async fn run(core: Rc<Core>) {
@@ -94,7 +128,13 @@ async fn pulse(
     snap: std::sync::Arc<Snapshot>,
 ) {
     let route = snap.assigned_route(&journal);
-    let outcome = futures_lite::future::or(pulse_once(&core, &journal), async {
+    let ticks = {
+        let st = state.borrow();
+        let prev = st.stable.get(&journal).copied().unwrap_or(0);
+        next_ticks(prev, st.last.get(&journal), &route)
+    };
+    let suspend = pulse_suspend(core.cfg.auto_suspend, ticks);
+    let outcome = futures_lite::future::or(pulse_once(&core, &journal, suspend), async {
         glommio::timer::sleep(PULSE_TIMEOUT).await;
         Err("timed out".to_string())
     })
@@ -112,11 +152,13 @@ async fn pulse(
     }
     let mut st = state.borrow_mut();
     st.running.remove(&journal);
+    st.stable.insert(journal.clone(), ticks);
     st.last.insert(journal, (Instant::now(), route));
 }
 
-/// One zero-byte Append (do_not_proxy, SUSPEND_NO_RESUME) through the append FSM.
-async fn pulse_once(core: &Rc<Core>, journal: &str) -> Result<Status, String> {
+/// One zero-byte Append (do_not_proxy, SUSPEND_NO_RESUME or, auto-suspending,
+/// SUSPEND_IF_FLUSHED) through the append FSM.
+async fn pulse_once(core: &Rc<Core>, journal: &str, suspend: Suspend) -> Result<Status, String> {
     let (input, mut output, mut client) = call::channel_call();
     // The commit intent (an empty chunk), then EOF.
     let empty = bytes::Bytes::from(prost::Message::encode_to_vec(&AppendRequest::default()));
@@ -130,7 +172,7 @@ async fn pulse_once(core: &Rc<Core>, journal: &str) -> Result<Status, String> {
     let req = AppendRequest {
         journal: journal.to_string(),
         do_not_proxy: true,
-        suspend: Suspend::NoResume as i32,
+        suspend: suspend as i32,
         ..Default::default()
     };
     let mut input: CallIn = input;
@@ -141,5 +183,42 @@ async fn pulse_once(core: &Rc<Core>, journal: &str) -> Result<Status, String> {
         Ok(Some(resp)) => Ok(Status::try_from(resp.status).unwrap_or(Status::Ok)),
         Ok(None) => Err("pulse got no response".to_string()),
         Err(e) => Err(e.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_suspend_waits_for_a_stable_route() {
+        let route = Route {
+            primary: 0,
+            ..Default::default()
+        };
+        let other = Route {
+            primary: 1,
+            ..Default::default()
+        };
+        let long_ago = Instant::now() - PULSE_INTERVAL - Duration::from_secs(1);
+        // The first pulse, and any after a Route change, start over.
+        assert_eq!(next_ticks(7, None, &route), 0);
+        assert_eq!(next_ticks(7, Some(&(long_ago, other)), &route), 0);
+        // A periodic pulse under the same Route counts; an early re-pulse does not.
+        assert_eq!(next_ticks(7, Some(&(long_ago, route.clone())), &route), 8);
+        assert_eq!(
+            next_ticks(7, Some(&(Instant::now(), route.clone())), &route),
+            7
+        );
+
+        assert_eq!(pulse_suspend(false, 100), Suspend::NoResume);
+        assert_eq!(
+            pulse_suspend(true, AUTO_SUSPEND_STABLE_TICKS - 1),
+            Suspend::NoResume
+        );
+        assert_eq!(
+            pulse_suspend(true, AUTO_SUSPEND_STABLE_TICKS),
+            Suspend::IfFlushed
+        );
     }
 }
