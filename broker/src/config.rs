@@ -172,6 +172,12 @@ pub struct ServeConfig {
     /// `--broker.auto-suspend`).
     #[arg(long = "broker.auto-suspend", env = "BROKER_AUTO_SUSPEND")]
     pub auto_suspend: bool,
+    /// An HTTP/2 connection with no call in flight for this long is sent GOAWAY and
+    /// closed (clients reconnect on their next call), so connections that send nothing do
+    /// not hold memory and descriptors forever (Courant; a Go duration).
+    #[arg(long = "tpc.h2-idle-timeout", env = "COURANT_TPC_H2_IDLE_TIMEOUT",
+          default_value = crate::idle::DEFAULT_H2_IDLE_TIMEOUT, value_parser = parse_duration)]
+    pub h2_idle_timeout: std::time::Duration,
 }
 
 /// `--broker.watch-delay`: a Go duration, zero allowed (`0`, `0s`).

@@ -26,6 +26,7 @@ use std::time::Duration;
 pub fn run(cfg: ServeConfig) -> Result<(), String> {
     use protocol::validate::Validate;
     let cfg = Arc::new(cfg);
+    crate::limits::raise_nofile();
     let process_id = Id {
         zone: cfg.zone.clone(),
         suffix: cfg.broker_id(),
@@ -394,20 +395,59 @@ where
     let max_recv = core.cfg.max_grpc_recv_size;
     let mut stage = crate::shutdown::subscribe();
     let mut draining = false;
+    // Calls in flight on this connection, and when the last one started or ended: a
+    // connection with none for `--tpc.h2-idle-timeout` is sent GOAWAY.
+    let activity = Rc::new(crate::idle::Activity::new());
+    let idle_timeout = core.cfg.h2_idle_timeout;
+    // Set once an idle connection was sent GOAWAY: a client that does not close it (or
+    // answer the GOAWAY's PING) within the grace period is dropped.
+    let mut idle_closing = false;
     loop {
-        let next = future::or(async { Some(conn.accept().await) }, async {
+        enum Wake {
+            Drain,
+            Idle,
+            Abandon,
+        }
+        let next = future::or(async { Ok(conn.accept().await) }, async {
             if draining {
+                if idle_closing {
+                    // Calls that raced the GOAWAY are served before the close.
+                    loop {
+                        glommio::timer::sleep(crate::idle::GOAWAY_GRACE).await;
+                        if activity.in_flight() == 0 {
+                            return Err(Wake::Abandon);
+                        }
+                    }
+                }
                 future::pending::<()>().await;
             }
-            crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
-            None
+            future::or(
+                async {
+                    crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
+                    Err(Wake::Drain)
+                },
+                async {
+                    activity.idle_for(idle_timeout).await;
+                    Err(Wake::Idle)
+                },
+            )
+            .await
         })
         .await;
-        let Some(next) = next else {
-            // GOAWAY: calls in flight finish, new ones go elsewhere.
-            conn.graceful_shutdown();
-            draining = true;
-            continue;
+        let next = match next {
+            Ok(next) => next,
+            Err(Wake::Abandon) => {
+                tracing::debug!("closing an idle HTTP/2 connection that ignored GOAWAY");
+                break;
+            }
+            Err(wake) => {
+                // GOAWAY (draining, or an idle connection): calls in flight finish, new
+                // ones go elsewhere.
+                conn.graceful_shutdown();
+                draining = true;
+                idle_closing = matches!(wake, Wake::Idle);
+                continue;
+            }
         };
         let Some(accepted) = next else {
             break;
@@ -415,7 +455,13 @@ where
         match accepted {
             Ok((req, respond)) => {
                 let call = ServerCall::new(req, respond, max_recv);
-                glommio::spawn_local(core.clone().dispatch(call)).detach();
+                let guard = activity.start();
+                let dispatch = core.clone().dispatch(call);
+                glommio::spawn_local(async move {
+                    dispatch.await;
+                    drop(guard);
+                })
+                .detach();
             }
             Err(err) => {
                 tracing::debug!(%err, "connection error");
