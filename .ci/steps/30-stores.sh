@@ -231,6 +231,10 @@ export COURANT_TEST_GCS_BUCKET="$GCS_BUCKET"
 # Extra arguments go to the test binary (e.g. a test name filter).
 status=0
 cargo test -p courant-tests --test stores_s3 -- --test-threads=1 "$@" || status=1
+# Journal names that would leave a store's root are refused at Apply, per store kind.
+if [ "$#" = 0 ]; then
+  cargo test -p courant-tests --test security_stores || status=1
+fi
 
 # Gazette's gazctl (v0.103.0, pinned by tests/go/go.mod) against a Courant broker whose
 # journals live in the SeaweedFS bucket, plus a fragment written by gzip and a signed PUT.

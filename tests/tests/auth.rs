@@ -418,10 +418,11 @@ async fn deadline_at_token_expiry() {
     .await;
 }
 
-/// Without `--broker.auth-keys` nothing is verified; the HTTP gateway is never gated
-/// (Gazette's gateway calls the broker as the broker).
+/// Without `--broker.auth-keys` nothing is verified. With keys, unlike Gazette (whose
+/// gateway calls the broker as the broker), the HTTP gateway needs a token too
+/// (SECURITY.md; tests/tests/security_gateway.rs covers it in full).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_keys_no_checks_and_gateway_ungated() {
+async fn no_keys_no_checks_and_gateway_gated_with_keys() {
     within(30, async {
         let open = Broker::start(&[]).await;
         let ch = with_token(&open, "garbage").await;
@@ -446,7 +447,7 @@ async fn no_keys_no_checks_and_gateway_ungated() {
         let mut out = Vec::new();
         tcp.read_to_end(&mut out).await.unwrap();
         assert!(
-            out.starts_with(b"HTTP/1.1 204"),
+            out.starts_with(b"HTTP/1.1 401"),
             "{}",
             String::from_utf8_lossy(&out)
         );
