@@ -57,9 +57,9 @@ async fn apply_refuses_escaping_names_in_every_real_store() {
         for (i, store) in stores.iter().enumerate() {
             let mut bad = spec("../../escape/j", &[]);
             bad.fragment.as_mut().unwrap().stores = vec![store.clone()];
-            let err = apply(&ch, vec![upsert(bad)])
-                .await
-                .expect_err(&format!("Apply of ../../escape/j in {store} must be refused"));
+            let err = apply(&ch, vec![upsert(bad)]).await.expect_err(&format!(
+                "Apply of ../../escape/j in {store} must be refused"
+            ));
             assert_eq!(err.code, Code::Unknown, "{store}: {err:?}");
             assert!(
                 err.message.contains("\"../../escape/j\"")
