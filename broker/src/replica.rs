@@ -49,7 +49,7 @@ impl Replica {
             .exists();
         let (mut spool, recovered) = Spool::open(&root, &journal, codec)
             .await
-            .map_err(|e| RpcError::unknown(format!("opening the spool of {journal}: {e}")))?;
+            .map_err(crate::errors::storage_err)?;
         // In a cluster, the recovered current fragment may end in commits that were never
         // acknowledged and that the journal's history has since overwritten (found by the
         // simulation, `sim.rs`, seed 34): its content is forgotten, as a Gazette broker
@@ -62,9 +62,7 @@ impl Replica {
                 end = spool.fragment().end,
                 "cluster mode: discarding the recovered spool's unconfirmed content"
             );
-            spool.discard().await.map_err(|e| {
-                RpcError::unknown(format!("discarding the spool of {journal}: {e}"))
-            })?;
+            spool.discard().await.map_err(crate::errors::storage_err)?;
         }
         let mut index = Index::new();
         for fragment in &recovered {

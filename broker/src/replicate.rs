@@ -150,7 +150,7 @@ pub async fn replicate(
                     return Err(RpcError::unknown(msg));
                 }
                 Err(ContentError::Storage(e)) => {
-                    return Err(RpcError::unknown(format!("spool: {e}")));
+                    return Err(crate::errors::storage_err(e));
                 }
             }
         }
@@ -185,7 +185,7 @@ async fn apply_proposal(
     let (ok, completed) = spool
         .apply_proposal(&proposal, &registers)
         .await
-        .map_err(|e| RpcError::unknown(format!("spool: {e}")))?;
+        .map_err(crate::errors::storage_err)?;
     if let Some(done) = completed {
         replica.index.borrow_mut().add_local(done.clone());
         replica.persist(core, done, first_append);
