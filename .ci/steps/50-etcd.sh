@@ -63,6 +63,6 @@ status=0
 cargo test -p courant-tests --test etcd -- --test-threads=1 --nocapture "$@" || status=1
 # Replication to a down peer answers UNAVAILABLE (issue 14).
 if [ "$#" = 0 ]; then
-  cargo test -p courant-tests --test security_peer_down -- --nocapture || status=1
+  cargo test -p courant-tests --test security_peer_down --test security_watch -- --nocapture || status=1
 fi
 exit "$status"
