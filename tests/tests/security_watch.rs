@@ -1,6 +1,6 @@
 //! `--broker.watch-delay` (Gazette's flag, issue 14): watched etcd changes are applied after
 //! the delay, so an Apply (answered once this broker's keyspace holds its revision) takes at
-//! least the delay, and about nothing with `0`. Needs `COURANT_TEST_ETCD` (set by
+//! least the delay, and can be fast with `0`. Needs `COURANT_TEST_ETCD` (set by
 //! `.ci/steps/50-etcd.sh`); skipped with a printed reason otherwise.
 
 use courant_tests::*;
@@ -51,7 +51,9 @@ async fn watched_changes_wait_for_the_watch_delay() {
     within(60, async {
         let (delayed, _) = apply_times(&url, "1500ms").await;
         assert!(delayed >= Duration::from_millis(1450), "{delayed:?}");
-        let (_, immediate) = apply_times(&url, "0").await;
+        // Without the delay an Apply can be fast (the fastest of three, so that a loaded
+        // machine's slow first Apply does not count).
+        let (immediate, _) = apply_times(&url, "0").await;
         assert!(immediate < Duration::from_millis(1000), "{immediate:?}");
     })
     .await;
