@@ -60,6 +60,18 @@ pub struct EtcdTls {
     pub ca_file: Option<std::path::PathBuf>,
 }
 
+/// A DER certificate as PEM text (64-column base64).
+fn der_to_pem(der: &[u8]) -> String {
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(line));
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
+}
+
 impl EtcdTls {
     /// etcd-client's TLS options, or `None` for plain HTTP.
     pub fn options(&self, address: &str) -> Result<Option<etcd_client::TlsOptions>, String> {
@@ -77,8 +89,15 @@ impl EtcdTls {
             std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
         };
         let mut tls = TlsOptions::new();
-        if let Some(ca) = &self.ca_file {
-            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        match &self.ca_file {
+            Some(ca) => tls = tls.ca_certificate(Certificate::from_pem(read(ca)?)),
+            // As Gazette: without a CA file, etcd's certificate is verified against the
+            // system CA pool.
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    tls = tls.ca_certificate(Certificate::from_pem(der_to_pem(&cert)));
+                }
+            }
         }
         match (&self.cert_file, &self.key_file) {
             (Some(c), Some(k)) => tls = tls.identity(Identity::from_pem(read(c)?, read(k)?)),
@@ -574,5 +593,45 @@ fn build(
         assignments: decode_assignments(root, &keys),
         cluster: true,
         keys,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    #[test]
+    fn etcd_tls_options() {
+        let none = EtcdTls::default();
+        assert!(none.options("http://127.0.0.1:2379").unwrap().is_none());
+        assert!(none.options("https://127.0.0.1:2379").unwrap().is_some());
+        let ca_only = EtcdTls {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..Default::default()
+        };
+        let err = ca_only.options("http://127.0.0.1:2379").unwrap_err();
+        assert!(err.contains("use https://"), "{err}");
+        let err = ca_only.options("https://127.0.0.1:2379").unwrap_err();
+        assert!(err.contains("reading /nonexistent/ca.pem"), "{err}");
+        let dir = std::env::temp_dir().join(format!("courant-etcd-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("c.pem"), "x").unwrap();
+        let cert_only = EtcdTls {
+            cert_file: Some(dir.join("c.pem")),
+            ..Default::default()
+        };
+        let err = cert_only.options("https://127.0.0.1:2379").unwrap_err();
+        assert!(err.contains("go together"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn der_certificates_round_trip_through_pem() {
+        let der: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let pem = der_to_pem(&der);
+        let back = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert_eq!(back.as_ref(), &der[..]);
     }
 }
