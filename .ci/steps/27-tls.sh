@@ -18,7 +18,7 @@
 # Gazette's broker has no bind-address flag, so as root with `unshare` the run happens in a
 # private network namespace (loopback only), as 65-mixed.sh does; otherwise it says so.
 # Everything binds 127.0.0.1 and is stopped at the end; bounded in time (TLS_TIMEOUT, 300 s).
-# Ports (override for parallel runs): ETCD_CLIENT_PORT (23793), ETCD_PEER_PORT (23803),
+# Ports (override for parallel runs): ETCD_CLIENT_PORT (23794), ETCD_PEER_PORT (23804),
 # TLS_BROKER_PORT_BASE (23810: Courant on base+1..3, Gazette on base+4).
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
@@ -26,8 +26,8 @@ SCRIPT=$(realpath "$0")
 cd "$(dirname "$SCRIPT")/../.."
 ROOT=$PWD
 OUT="$ROOT/target/tls"
-CLIENT_PORT="${ETCD_CLIENT_PORT:-23793}"
-PEER_PORT="${ETCD_PEER_PORT:-23803}"
+CLIENT_PORT="${ETCD_CLIENT_PORT:-23794}"
+PEER_PORT="${ETCD_PEER_PORT:-23804}"
 BASE="${TLS_BROKER_PORT_BASE:-23810}"
 DEADLINE=$(($(date +%s) + ${TLS_TIMEOUT:-300}))
 
