@@ -25,7 +25,6 @@ pub mod fragment;
 pub mod index;
 pub mod naming;
 mod record;
-mod sha;
 pub mod spool;
 pub mod summer;
 #[cfg(test)]

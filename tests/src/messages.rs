@@ -108,13 +108,7 @@ pub fn delete(name: &str, expect_mod_revision: i64) -> Change {
 
 pub fn sha1_sum(data: &[u8]) -> Sha1Sum {
     use sha1::Digest;
-    let d = sha1::Sha1::digest(data);
-    let d = d.as_slice();
-    Sha1Sum {
-        part1: u64::from_be_bytes(d[0..8].try_into().unwrap()),
-        part2: u64::from_be_bytes(d[8..16].try_into().unwrap()),
-        part3: u32::from_be_bytes(d[16..20].try_into().unwrap()),
-    }
+    protocol::sum::sum_from_bytes(&sha1::Sha1::digest(data).into())
 }
 
 pub fn status_name(s: i32) -> String {
