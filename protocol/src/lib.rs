@@ -12,5 +12,6 @@ pub use generated::*;
 
 pub mod grpc;
 pub mod labels;
+pub mod route;
 pub mod sum;
 pub mod validate;
