@@ -12,6 +12,7 @@ pub use generated::*;
 
 pub mod grpc;
 pub mod labels;
+pub mod method;
 pub mod route;
 pub mod sum;
 pub mod validate;
