@@ -10,6 +10,7 @@ mod generated {
 }
 pub use generated::*;
 
+pub mod flags;
 pub mod grpc;
 pub mod labels;
 pub mod method;

@@ -82,11 +82,11 @@ impl Check for journal_spec::Suspend {
 }
 
 pub(crate) fn check_flags(flags: u32) -> VResult {
-    match flags {
-        0 | 1 | 2 | 4 => Ok(()),
-        // Go holds the flag in an int32.
-        f => fail(format!("invalid combination ({})", f as i32)),
+    if crate::flags::is_valid(flags) {
+        return Ok(());
     }
+    // Go holds the flag in an int32.
+    fail(format!("invalid combination ({})", flags as i32))
 }
 
 impl Check for JournalSpec {
