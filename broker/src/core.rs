@@ -347,6 +347,7 @@ impl Core {
         }
         let peer = self.peers[owner].clone();
         call::forward(call.inbound, call.outbound, async move |input, output| {
+            crate::metrics::cross_core_message();
             peer.send_async(CoreMsg::Call {
                 first,
                 input,
