@@ -29,6 +29,21 @@
 //!   primary load) by moving its key to slot 0, keeping value and lease.
 //! - **Packing**: when nothing else changes for a consistent journal, one assignment moves
 //!   down to make slots contiguous.
+//! - **Rebalancing** (`balance.rs`): when nothing else changes for a consistent journal
+//!   with exactly R serving assignments, one of them may move from a busier member S to a
+//!   quieter member D that has room, if the move strictly improves the spread
+//!   ([`balance::improves`]: with equal limits, S holds at least two more than D), keeps
+//!   as many zones, and the surplus rule would then remove S, not D. The move is two safe
+//!   steps: D is added (the journal has R+1 assignments), and once the primary has synced
+//!   all of them the surplus removal drops S. Non-primary assignments move first; a
+//!   primary moves only when its member is over its fair share, and then the promotion
+//!   rule hands slot 0 to a synced replica in the same transaction. At most
+//!   [`balance::MAX_MOVES_IN_FLIGHT`] journals are over-replicated at once, and loads
+//!   count the surplus assignments already on their way out.
+//!
+//! Surplus serving assignments go in this order: first those whose zone keeps another
+//! replica, then those of members over their fair share, then non-primaries, then the
+//! busiest members (load over limit).
 //!
 //! A journal's changes are one group, applied atomically; a plan orders the groups as
 //! orphan deletions, additions, promotions, removals, packing, and batches them into
@@ -37,13 +52,15 @@
 //! holds in the snapshot planned from, so a transaction fails only if the keyspace moved
 //! on, and the next snapshot gets a fresh plan.
 //!
-//! Not Gazette's solver: there is no max-flow and no rebalancing of existing assignments
-//! towards a fair share; placement is greedy (least load ratio first), and members whose
-//! load exceeds a lowered `journal_limit` keep their assignments (they only receive no
-//! new ones). Followers only read the results, so a mixed cluster stays compatible.
+//! Not Gazette's solver: there is no max-flow; placement is greedy (least load ratio
+//! first) and balance comes from one-at-a-time moves, which reach the same spread as
+//! Gazette's fair shares when zones allow it. Members whose load exceeds a lowered
+//! `journal_limit` keep their assignments unless a move improves the spread. Followers
+//! only read the results, so a mixed cluster stays compatible.
 
 // Until the server starts it (`run`), only the tests use this module.
 
+use crate::balance::{self, Shares};
 use crate::control::KeySpaceHandle;
 use crate::keyspace::{
     Assignment, Compare, Op, PutLease, Snapshot, assign_key, item_key, member_key,
@@ -143,12 +160,7 @@ pub fn plan(snap: &Snapshot, root: &str, me: &MemberId, max_replication: u32) ->
         key: member_key(root, &me.0, &me.1),
         mod_revision: leader.mod_revision,
     };
-    let mut planner = Planner {
-        snap,
-        root,
-        max_replication,
-        loads: Loads::of(snap),
-    };
+    let mut planner = Planner::new(snap, root, max_replication);
     let mut groups = Vec::new();
     for (journal, assignments) in &snap.assignments {
         if !snap.journals.contains_key(journal) {
@@ -340,9 +352,220 @@ struct Planner<'a> {
     root: &'a str,
     max_replication: u32,
     loads: Loads,
+    /// Fair shares of the serving members.
+    shares: Shares<MemberId>,
+    /// Surplus assignments per member, planned or waiting for their journal to sync.
+    pending_out: BTreeMap<MemberId, usize>,
+    /// How many more rebalancing moves this plan may start.
+    moves_left: usize,
 }
 
-impl Planner<'_> {
+/// One assignment of a journal, as the surplus rule sees it.
+#[derive(Clone)]
+struct Cand {
+    id: MemberId,
+    slot: u32,
+    /// Its key is exactly as in the keyspace (so a delete can succeed).
+    removable: bool,
+}
+
+impl<'a> Planner<'a> {
+    fn new(snap: &'a Snapshot, root: &'a str, max_replication: u32) -> Planner<'a> {
+        let mut planner = Planner {
+            snap,
+            root,
+            max_replication,
+            loads: Loads::of(snap),
+            shares: Shares::default(),
+            pending_out: BTreeMap::new(),
+            moves_left: 0,
+        };
+        let serving: Vec<(MemberId, u32)> = snap
+            .members
+            .iter()
+            .filter(|(m, _)| planner.status(m) == Status::Serving)
+            .map(|(m, item)| (m.clone(), item.spec.journal_limit))
+            .collect();
+        let slots: usize = snap
+            .journals
+            .values()
+            .map(|item| desired_replication(&item.spec, max_replication))
+            .sum();
+        planner.shares = Shares::new(&serving, slots);
+        // Journals with surplus serving assignments: moves (or shrinks) under way.
+        let mut in_flight = 0;
+        for (journal, item) in &snap.journals {
+            let r = desired_replication(&item.spec, max_replication);
+            let current = snap.assignments.get(journal).map_or(&[][..], Vec::as_slice);
+            let cands = planner.cands(journal, current);
+            let serving: Vec<usize> = (0..current.len())
+                .filter(|&i| planner.status(&cands[i].id) == Status::Serving)
+                .collect();
+            if serving.len() <= r {
+                continue;
+            }
+            in_flight += 1;
+            let (_, surplus) =
+                planner.split_surplus(&cands, serving, r, &|m| planner.loads.total(m));
+            for x in surplus {
+                *planner.pending_out.entry(cands[x].id.clone()).or_default() += 1;
+            }
+        }
+        planner.moves_left = balance::MAX_MOVES_IN_FLIGHT.saturating_sub(in_flight);
+        planner
+    }
+
+    fn cands(&self, journal: &str, current: &[Assignment]) -> Vec<Cand> {
+        current
+            .iter()
+            .map(|a| Cand {
+                id: id(a),
+                slot: a.slot,
+                removable: self.key_of(journal, a).is_some(),
+            })
+            .collect()
+    }
+
+    fn limit(&self, m: &MemberId) -> u32 {
+        self.snap
+            .members
+            .get(m)
+            .map_or(0, |item| item.spec.journal_limit)
+    }
+
+    /// Splits `serving` (indices into `cands`) into those kept and the surplus beyond
+    /// `r`, dropping first those whose zone keeps another replica, then members over
+    /// their fair share, then non-primaries, then the busiest (by `load`).
+    fn split_surplus(
+        &self,
+        cands: &[Cand],
+        serving: Vec<usize>,
+        r: usize,
+        load: &dyn Fn(&MemberId) -> usize,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let mut kept = serving;
+        let mut surplus = Vec::new();
+        while kept.len() > r {
+            let zone_count = |x: usize, kept: &[usize]| {
+                kept.iter()
+                    .filter(|&&y| cands[y].id.0 == cands[x].id.0)
+                    .count()
+            };
+            let pick = kept
+                .iter()
+                .copied()
+                .filter(|&x| cands[x].removable)
+                .max_by(|&x, &y| {
+                    let (mx, my) = (&cands[x].id, &cands[y].id);
+                    (zone_count(x, &kept) > 1)
+                        .cmp(&(zone_count(y, &kept) > 1))
+                        .then(
+                            self.shares
+                                .over(mx, load(mx))
+                                .cmp(&self.shares.over(my, load(my))),
+                        )
+                        .then((cands[x].slot != 0).cmp(&(cands[y].slot != 0)))
+                        .then(
+                            self.ratio(mx, load(mx))
+                                .total_cmp(&self.ratio(my, load(my))),
+                        )
+                        .then(key_order(my, mx))
+                });
+            let Some(pick) = pick else { break };
+            kept.retain(|&x| x != pick);
+            surplus.push(pick);
+        }
+        (kept, surplus)
+    }
+
+    /// A move of one of `kept` (a consistent journal's R serving assignments) to a member
+    /// that does not hold the journal: (from, to), if one improves the spread, keeps as
+    /// many zones, and the surplus rule would then drop `from`.
+    fn rebalance(&self, cands: &[Cand], kept: &[usize]) -> Option<(MemberId, MemberId)> {
+        let effective = |m: &MemberId| {
+            self.loads
+                .total(m)
+                .saturating_sub(self.pending_out.get(m).copied().unwrap_or(0))
+        };
+        let zones_before: BTreeSet<&str> = kept.iter().map(|&x| cands[x].id.0.as_str()).collect();
+        let mut sources: Vec<usize> = kept
+            .iter()
+            .copied()
+            .filter(|&x| cands[x].removable)
+            .collect();
+        // Non-primaries first, then the busiest.
+        sources.sort_by(|&x, &y| {
+            let (mx, my) = (&cands[x].id, &cands[y].id);
+            (cands[x].slot == 0)
+                .cmp(&(cands[y].slot == 0))
+                .then(
+                    self.ratio(my, effective(my))
+                        .total_cmp(&self.ratio(mx, effective(mx))),
+                )
+                .then(key_order(mx, my))
+        });
+        for &s in &sources {
+            let src = &cands[s].id;
+            let src_load = effective(src);
+            let mut dests: Vec<&MemberId> = self
+                .snap
+                .members
+                .keys()
+                .filter(|m| {
+                    self.status(m) == Status::Serving
+                        && !cands.iter().any(|c| &c.id == *m)
+                        && balance::improves(
+                            src_load,
+                            self.limit(src),
+                            self.loads.total(m),
+                            self.limit(m),
+                        )
+                })
+                .collect();
+            // The source's zone first, then the quietest.
+            dests.sort_by(|a, b| {
+                (a.0 != src.0)
+                    .cmp(&(b.0 != src.0))
+                    .then(self.load_ratio(a).total_cmp(&self.load_ratio(b)))
+                    .then(key_order(a, b))
+            });
+            for dst in dests {
+                let zones_after: BTreeSet<&str> = kept
+                    .iter()
+                    .filter(|&&x| x != s)
+                    .map(|&x| cands[x].id.0.as_str())
+                    .chain(std::iter::once(dst.0.as_str()))
+                    .collect();
+                if zones_after.len() < zones_before.len() {
+                    continue;
+                }
+                // What the surplus rule will see once `dst` is added.
+                let mut with = cands.to_vec();
+                with.push(Cand {
+                    id: dst.clone(),
+                    slot: u32::MAX,
+                    removable: true,
+                });
+                let mut serving = kept.to_vec();
+                serving.push(with.len() - 1);
+                let load = |m: &MemberId| {
+                    if m == dst {
+                        self.loads.total(m) + 1
+                    } else if m == src {
+                        src_load
+                    } else {
+                        self.loads.total(m)
+                    }
+                };
+                let (_, surplus) = self.split_surplus(&with, serving, kept.len(), &load);
+                if surplus == [s] {
+                    return Some((src.clone(), dst.clone()));
+                }
+            }
+        }
+        None
+    }
+
     fn status(&self, m: &MemberId) -> Status {
         match self.snap.members.get(m) {
             None => Status::Missing,
@@ -423,34 +646,10 @@ impl Planner<'_> {
         let (serving, leaving): (Vec<usize>, Vec<usize>) =
             (0..current.len()).partition(|&i| self.status(&ids[i]) == Status::Serving);
 
-        // Surplus serving assignments, dropping first those that keep zone spread and the
-        // primary, then the busiest members.
-        let mut kept = serving.clone();
-        let mut surplus = Vec::new();
-        while kept.len() > r {
-            let zone_count = |x: usize, kept: &[usize]| {
-                kept.iter()
-                    .filter(|&&y| current[y].zone == current[x].zone)
-                    .count()
-            };
-            let pick = kept
-                .iter()
-                .copied()
-                .filter(|&x| keys[x].is_some())
-                .max_by(|&x, &y| {
-                    (zone_count(x, &kept) > 1)
-                        .cmp(&(zone_count(y, &kept) > 1))
-                        .then((current[x].slot != 0).cmp(&(current[y].slot != 0)))
-                        .then(
-                            self.load_ratio(&ids[x])
-                                .total_cmp(&self.load_ratio(&ids[y])),
-                        )
-                        .then(key_order(&ids[y], &ids[x]))
-                });
-            let Some(pick) = pick else { break };
-            kept.retain(|&x| x != pick);
-            surplus.push(pick);
-        }
+        // Surplus serving assignments.
+        let cands = self.cands(journal, current);
+        let (kept, surplus) =
+            self.split_surplus(&cands, serving.clone(), r, &|m| self.loads.total(m));
 
         // Removals: missing members, then exiting ones, then surplus; only while the
         // journal is consistent and keeps at least R assignments.
@@ -504,6 +703,23 @@ impl Planner<'_> {
             && let Some(m) = self.pick_member(&holders, &adds, &zones, true)
         {
             adds.push(m);
+        }
+        // Rebalancing: a consistent journal with nothing else to do may move one
+        // assignment to a quieter member (added now, the busier one removed once synced).
+        if adds.is_empty()
+            && need == 0
+            && consistent
+            && removals.is_empty()
+            && current.len() == r
+            && kept.len() == r
+            && self.moves_left > 0
+            && current.iter().any(|a| a.slot == 0)
+            && let Some((from, to)) = self.rebalance(&cands, &kept)
+        {
+            tracing::debug!(journal, ?from, ?to, "allocator moves an assignment");
+            *self.pending_out.entry(from).or_default() += 1;
+            self.moves_left -= 1;
+            adds.push(to);
         }
         if current.is_empty() && adds.len() > 1 {
             // The new journal's primary: the chosen member with the fewest primaries.
