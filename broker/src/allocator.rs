@@ -36,14 +36,15 @@
 //!   as many zones, and the surplus rule would then remove S, not D. The move is two safe
 //!   steps: D is added (the journal has R+1 assignments), and once the primary has synced
 //!   all of them the surplus removal drops S. Non-primary assignments move first; a
-//!   primary moves only when its member is over its fair share, and then the promotion
-//!   rule hands slot 0 to a synced replica in the same transaction. At most
+//!   primary moves only when no replica can, and then the promotion rule hands slot 0 to
+//!   a synced replica in the same transaction. At most
 //!   [`balance::MAX_MOVES_IN_FLIGHT`] journals are over-replicated at once, and loads
 //!   count the surplus assignments already on their way out.
 //!
 //! Surplus serving assignments go in this order: first those whose zone keeps another
-//! replica, then those of members over their fair share, then non-primaries, then the
-//! busiest members (load over limit).
+//! replica, then non-primaries, then the busiest members (load over limit); the primary
+//! goes instead of a replica of its zone group when moving one assignment from the
+//! primary's member to the replica's would improve the spread ([`balance::improves`]).
 //!
 //! A journal's changes are one group, applied atomically; a plan orders the groups as
 //! orphan deletions, additions, promotions, removals, packing, and batches them into
@@ -53,14 +54,14 @@
 //! on, and the next snapshot gets a fresh plan.
 //!
 //! Not Gazette's solver: there is no max-flow; placement is greedy (least load ratio
-//! first) and balance comes from one-at-a-time moves, which reach the same spread as
-//! Gazette's fair shares when zones allow it. Members whose load exceeds a lowered
+//! first) and balance comes from one-at-a-time moves, which spread assignments in
+//! proportion to `journal_limit` as Gazette's fair shares do, when zones allow it. Members whose load exceeds a lowered
 //! `journal_limit` keep their assignments unless a move improves the spread. Followers
 //! only read the results, so a mixed cluster stays compatible.
 
 // Until the server starts it (`run`), only the tests use this module.
 
-use crate::balance::{self, Shares};
+use crate::balance;
 use crate::control::KeySpaceHandle;
 use crate::keyspace::{
     Assignment, Compare, Op, PutLease, Snapshot, assign_key, item_key, member_key,
@@ -352,8 +353,6 @@ struct Planner<'a> {
     root: &'a str,
     max_replication: u32,
     loads: Loads,
-    /// Fair shares of the serving members.
-    shares: Shares<MemberId>,
     /// Surplus assignments per member, planned or waiting for their journal to sync.
     pending_out: BTreeMap<MemberId, usize>,
     /// How many more rebalancing moves this plan may start.
@@ -376,22 +375,9 @@ impl<'a> Planner<'a> {
             root,
             max_replication,
             loads: Loads::of(snap),
-            shares: Shares::default(),
             pending_out: BTreeMap::new(),
             moves_left: 0,
         };
-        let serving: Vec<(MemberId, u32)> = snap
-            .members
-            .iter()
-            .filter(|(m, _)| planner.status(m) == Status::Serving)
-            .map(|(m, item)| (m.clone(), item.spec.journal_limit))
-            .collect();
-        let slots: usize = snap
-            .journals
-            .values()
-            .map(|item| desired_replication(&item.spec, max_replication))
-            .sum();
-        planner.shares = Shares::new(&serving, slots);
         // Journals with surplus serving assignments: moves (or shrinks) under way.
         let mut in_flight = 0;
         for (journal, item) in &snap.journals {
@@ -434,8 +420,8 @@ impl<'a> Planner<'a> {
     }
 
     /// Splits `serving` (indices into `cands`) into those kept and the surplus beyond
-    /// `r`, dropping first those whose zone keeps another replica, then members over
-    /// their fair share, then non-primaries, then the busiest (by `load`).
+    /// `r`, dropping first those whose zone keeps another replica, then non-primaries
+    /// (unless the primary's member is busier by a move), then the busiest (by `load`).
     fn split_surplus(
         &self,
         cands: &[Cand],
@@ -459,11 +445,6 @@ impl<'a> Planner<'a> {
                     let (mx, my) = (&cands[x].id, &cands[y].id);
                     (zone_count(x, &kept) > 1)
                         .cmp(&(zone_count(y, &kept) > 1))
-                        .then(
-                            self.shares
-                                .over(mx, load(mx))
-                                .cmp(&self.shares.over(my, load(my))),
-                        )
                         .then((cands[x].slot != 0).cmp(&(cands[y].slot != 0)))
                         .then(
                             self.ratio(mx, load(mx))
@@ -471,6 +452,27 @@ impl<'a> Planner<'a> {
                         )
                         .then(key_order(my, mx))
                 });
+            // The primary goes instead of a replica if moving one assignment from the
+            // primary's member to the replica's would improve the spread.
+            let pick = pick.map(|y| {
+                let (my, crowded) = (&cands[y].id, zone_count(y, &kept) > 1);
+                kept.iter()
+                    .copied()
+                    .find(|&x| {
+                        let mx = &cands[x].id;
+                        cands[y].slot != 0
+                            && cands[x].slot == 0
+                            && cands[x].removable
+                            && (zone_count(x, &kept) > 1) == crowded
+                            && balance::improves(
+                                load(mx),
+                                self.limit(mx),
+                                load(my).saturating_sub(1),
+                                self.limit(my),
+                            )
+                    })
+                    .unwrap_or(y)
+            });
             let Some(pick) = pick else { break };
             kept.retain(|&x| x != pick);
             surplus.push(pick);
@@ -1187,11 +1189,67 @@ mod tests {
     /// `sync_every` rounds. After every transaction: once a journal had R synced replicas
     /// it keeps R, its primary (if any) is synced, and no member is over its limit.
     fn converge(sim: &mut Sim, me: &MemberId, sync_every: usize, max_rounds: usize) -> usize {
+        converge_stats(sim, me, sync_every, max_rounds, false).rounds
+    }
+
+    /// What a [`converge_stats`] run did.
+    #[derive(Debug, Default)]
+    struct Stats {
+        rounds: usize,
+        /// Assignments created (new keys with an empty value).
+        added: usize,
+        /// Assignments deleted and not re-created under another slot.
+        removed: usize,
+        /// Most journals with more serving assignments than desired, at once.
+        max_in_flight: usize,
+    }
+
+    /// [`converge`], counting what happened; with `zones`, also checking after every
+    /// transaction that a journal whose synced replicas spanned two zones keeps two.
+    fn converge_stats(
+        sim: &mut Sim,
+        me: &MemberId,
+        sync_every: usize,
+        max_rounds: usize,
+        keep_zones: bool,
+    ) -> Stats {
+        let mut stats = Stats::default();
         let mut reached: BTreeSet<String> = BTreeSet::new();
-        let check = |snap: &Snapshot, reached: &mut BTreeSet<String>| {
+        let mut spread: BTreeSet<String> = BTreeSet::new();
+        let mut check = |snap: &Snapshot, reached: &mut BTreeSet<String>, stats: &mut Stats| {
+            let mut in_flight = 0;
             for (journal, item) in &snap.journals {
                 let r = desired_replication(&item.spec, 0);
                 let n = synced(snap, journal);
+                let serving = snap.assignments.get(journal).map_or(0, |v| {
+                    v.iter()
+                        .filter(|a| {
+                            snap.members
+                                .get(&id(a))
+                                .is_some_and(|m| !m.spec.exiting && m.spec.journal_limit > 0)
+                        })
+                        .count()
+                });
+                if serving > r {
+                    in_flight += 1;
+                }
+                let zones: BTreeSet<&str> =
+                    snap.assignments.get(journal).map_or(BTreeSet::new(), |v| {
+                        v.iter()
+                            .filter(|a| {
+                                a.value
+                                    .members
+                                    .iter()
+                                    .any(|m| m.zone == a.zone && m.suffix == a.suffix)
+                            })
+                            .map(|a| a.zone.as_str())
+                            .collect()
+                    });
+                if keep_zones && spread.contains(journal) {
+                    assert!(zones.len() >= 2, "{journal}: synced replicas in {zones:?}");
+                } else if zones.len() >= 2 {
+                    spread.insert(journal.clone());
+                }
                 if reached.contains(journal) {
                     assert!(n >= r, "{journal}: {n} synced replicas < {r}");
                     let route = snap.assigned_route(journal);
@@ -1218,8 +1276,9 @@ mod tests {
                     item.spec.journal_limit
                 );
             }
+            stats.max_in_flight = stats.max_in_flight.max(in_flight);
         };
-        check(&sim.snapshot(), &mut reached);
+        check(&sim.snapshot(), &mut reached, &mut stats);
         for round in 0..max_rounds {
             let snap = sim.snapshot();
             let txns = plan(&snap, ROOT, me, 0);
@@ -1227,12 +1286,30 @@ mod tests {
             for txn in &txns {
                 check_txn(txn, &guard);
                 assert!(sim.apply(txn), "round {round}: txn failed: {txn:?}");
-                check(&sim.snapshot(), &mut reached);
+                for op in &txn.ops {
+                    match op {
+                        Op::Put { value, key, .. } if value.is_empty() => {
+                            if std::env::var("ALLOC_DEBUG").is_ok() {
+                                eprintln!("round {round}: add {key}");
+                            }
+                            stats.added += 1
+                        }
+                        Op::Put { .. } => stats.removed -= 1, // A move: delete + put.
+                        Op::Delete { key } => {
+                            if std::env::var("ALLOC_DEBUG").is_ok() {
+                                eprintln!("round {round}: delete {key}");
+                            }
+                            stats.removed += 1
+                        }
+                    }
+                }
+                check(&sim.snapshot(), &mut reached, &mut stats);
             }
             if (txns.is_empty() || (round + 1) % sync_every == 0) && sim.sync_primaries() {
-                check(&sim.snapshot(), &mut reached);
+                check(&sim.snapshot(), &mut reached, &mut stats);
             } else if txns.is_empty() {
-                return round;
+                stats.rounds = round;
+                return stats;
             }
         }
         panic!("no convergence in {max_rounds} rounds");
@@ -1800,6 +1877,208 @@ mod tests {
         }
         converge(&mut sim, &me, 1, 60);
         assert_converged(&sim.snapshot());
+    }
+
+    fn loads_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+        let snap = sim.snapshot();
+        let loads = Loads::of(&snap);
+        snap.members
+            .keys()
+            .map(|m| (m.clone(), loads.total(m)))
+            .collect()
+    }
+
+    fn primaries_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+        let snap = sim.snapshot();
+        let loads = Loads::of(&snap);
+        snap.members
+            .keys()
+            .map(|m| (m.clone(), loads.primary(m)))
+            .collect()
+    }
+
+    #[test]
+    fn two_joining_brokers_take_a_fair_share() {
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 1024);
+        sim.member("b", "m002", 1024);
+        let me = mid("a", "m001");
+        for j in 0..40 {
+            sim.journal(&format!("ns/j{j:03}"), 2);
+        }
+        converge(&mut sim, &me, 1, 20);
+        assert_converged(&sim.snapshot());
+        assert_eq!(
+            loads_of(&sim).values().copied().collect::<Vec<_>>(),
+            [40, 40]
+        );
+        // Two brokers join: nothing is lost while assignments move.
+        sim.member("a", "m003", 1024);
+        sim.member("b", "m004", 1024);
+        let stats = converge_stats(&mut sim, &me, 2, 200, true);
+        let snap = sim.snapshot();
+        assert_converged(&snap);
+        let loads = loads_of(&sim);
+        assert!(loads.values().all(|&n| n == 20), "{loads:?}");
+        // Exactly the moves needed: 40 assignments in, 40 out.
+        assert_eq!((stats.added, stats.removed), (40, 40), "{stats:?}");
+        assert!(
+            stats.max_in_flight <= balance::MAX_MOVES_IN_FLIGHT,
+            "{stats:?}"
+        );
+        assert!(stats.max_in_flight > 1, "{stats:?}");
+        let primaries = primaries_of(&sim);
+        // Replicas move first (were primaries preferred, all 40 moves would be): the old
+        // members keep most of their primaries.
+        assert_eq!(primaries.values().sum::<usize>(), 40);
+        assert!(primaries[&mid("a", "m001")] >= 15, "{primaries:?}");
+        assert!(primaries[&mid("b", "m002")] >= 15, "{primaries:?}");
+        // Balanced: nothing more to do.
+        assert!(plan(&snap, ROOT, &me, 0).is_empty());
+    }
+
+    #[test]
+    fn rebalancing_keeps_zone_spread() {
+        // Zone b has one member, so it holds every journal.
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 100);
+        sim.member("a", "m002", 100);
+        sim.member("b", "m003", 100);
+        let me = mid("a", "m001");
+        for j in 0..12 {
+            sim.journal(&format!("ns/j{j:02}"), 2);
+        }
+        converge(&mut sim, &me, 1, 20);
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 12);
+        // Another member in zone a: zone b's member cannot shed a journal without
+        // leaving it in one zone, so only zone a evens out.
+        sim.member("a", "m004", 100);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert_eq!(loads[&mid("b", "m003")], 12, "{loads:?}");
+        let a: Vec<usize> = ["m001", "m002", "m004"]
+            .iter()
+            .map(|s| loads[&mid("a", s)])
+            .collect();
+        assert_eq!(a.iter().sum::<usize>(), 12);
+        assert!(a.iter().all(|&n| n == 4), "{loads:?}");
+        // A second member in zone b takes half of zone b's load, from within the zone.
+        sim.member("b", "m005", 100);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert_eq!(loads[&mid("b", "m003")], 6, "{loads:?}");
+        assert_eq!(loads[&mid("b", "m005")], 6, "{loads:?}");
+        assert_eq!(stats.added, 6, "{stats:?}");
+    }
+
+    #[test]
+    fn rebalancing_respects_journal_limits() {
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 100);
+        sim.member("b", "m002", 100);
+        let me = mid("a", "m001");
+        for j in 0..10 {
+            sim.journal(&format!("ns/j{j:02}"), 2);
+        }
+        converge(&mut sim, &me, 1, 20);
+        // Members full to their limits; the joiners' limits are shares too: the small one
+        // takes what improves the spread weighted by limits, never more than its limit.
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 10);
+        sim.member("b", "m002", 10);
+        for j in 0..10 {
+            sim.journal(&format!("ns/j{j:02}"), 2);
+        }
+        converge(&mut sim, &me, 1, 20);
+        sim.member("a", "m003", 2);
+        sim.member("c", "m004", 10);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert!((1..=2).contains(&loads[&mid("a", "m003")]), "{loads:?}");
+        let big: Vec<usize> = [mid("a", "m001"), mid("b", "m002"), mid("c", "m004")]
+            .iter()
+            .map(|m| loads[m])
+            .collect();
+        let (lo, hi) = (big.iter().min().unwrap(), big.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{loads:?}");
+        // With limits of 100, a member limited to 2 is not worth a move.
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 100);
+        sim.member("b", "m002", 100);
+        for j in 0..10 {
+            sim.journal(&format!("ns/j{j:02}"), 2);
+        }
+        converge(&mut sim, &me, 1, 20);
+        sim.member("b", "m003", 2);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 0);
+        assert_eq!(stats.added, 0);
+        // A full member (limit 1) receives nothing more.
+        sim.set_member("a", "m001", 10, false);
+        sim.set_member("b", "m002", 10, false);
+        sim.set_member("b", "m003", 1, false);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 1);
+    }
+
+    #[test]
+    fn primaries_move_only_off_members_over_their_share() {
+        // Replication 1: every assignment is a primary, so balance moves primaries; each
+        // move adds the new member first, and hands slot 0 over once it is synced.
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 100);
+        let me = mid("a", "m001");
+        for j in 0..6 {
+            sim.journal(&format!("ns/j{j}"), 1);
+        }
+        converge(&mut sim, &me, 1, 20);
+        sim.member("a", "m002", 100);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        assert_eq!(loads_of(&sim)[&mid("a", "m002")], 3);
+        assert_eq!(primaries_of(&sim)[&mid("a", "m002")], 3);
+        assert_eq!((stats.added, stats.removed), (3, 3), "{stats:?}");
+    }
+
+    #[test]
+    fn rebalancing_waits_for_sync_and_busy_journals() {
+        let mut sim = Sim::new();
+        sim.member("a", "m001", 100);
+        sim.member("b", "m002", 100);
+        let me = mid("a", "m001");
+        sim.journal("ns/j", 2);
+        sim.journal("ns/k", 2);
+        converge(&mut sim, &me, 1, 20);
+        sim.member("a", "m003", 100);
+        sim.member("b", "m004", 100);
+        // One plan: each journal gets one new replica (never a removal first).
+        let txns = plan(&sim.snapshot(), ROOT, &me, 0);
+        assert_eq!(txns.len(), 1);
+        assert!(txns[0].ops.iter().all(|op| matches!(op, Op::Put { .. })));
+        assert_eq!(txns[0].ops.len(), 2);
+        assert!(sim.apply(&txns[0]));
+        assert_eq!(holders(&sim.snapshot(), "ns/j").len(), 3);
+        // Until the primaries sync, nothing is removed and nothing more is added.
+        assert!(plan(&sim.snapshot(), ROOT, &me, 0).is_empty());
+        assert!(sim.sync_primaries());
+        let txns = plan(&sim.snapshot(), ROOT, &me, 0);
+        assert!(txns[0].ops.iter().all(|op| matches!(op, Op::Delete { .. })));
+        assert!(sim.apply(&txns[0]));
+        let loads = loads_of(&sim);
+        assert!(loads.values().all(|&n| n == 1), "{loads:?}");
+        // An inconsistent journal does not move.
+        let (mut sim, me) = three_members();
+        sim.journal("ns/j", 1);
+        sim.journal("ns/k", 1);
+        sim.journal("ns/l", 1);
+        sim.assign("ns/j", "a", "m001", 0, None);
+        sim.assign("ns/k", "a", "m001", 0, None);
+        sim.assign("ns/l", "a", "m001", 0, None);
+        assert!(plan(&sim.snapshot(), ROOT, &me, 0).is_empty());
     }
 
     /// A Backend over a [`Sim`], for `run` on the real control thread.

@@ -1,58 +1,21 @@
-//! Rebalancing arithmetic for the allocator: each member's fair share of the replication
-//! slots, and whether moving one assignment from a busier member to a quieter one makes
-//! the spread strictly better.
+//! Rebalancing arithmetic for the allocator: whether moving one assignment from a busier
+//! member to a quieter one makes the spread strictly better, and how many moves may be
+//! under way at once.
 //!
-//! Lives on: nothing of its own. The allocator's planner (one task on core 0, see
-//! `allocator.rs`) builds a [`Shares`] from each keyspace snapshot it plans from, and
-//! drops it with the plan.
+//! Lives on: nothing; pure functions and constants, called by the allocator's planner
+//! (one task on core 0, see `allocator.rs`).
 //!
 //! Gazette's allocator gives every member a "fair share" capacity of
 //! `ItemLimit * ItemSlots / MemberSlots` (its limit scaled by the ratio of desired slots to
-//! the sum of all limits) and lets a member go above it only when nothing else fits. Here
-//! the same share decides which surplus assignment goes first, and the move criterion
-//! [`improves`] strictly lowers `sum(load^2 / limit)` over members, so repeated moves
-//! always end; with equal limits it stops exactly when every member is within one
-//! assignment of every other (so within +-1 of the mean).
-
-use std::collections::BTreeMap;
+//! the sum of all limits). Here the move criterion [`improves`] strictly lowers
+//! `sum(load^2 / limit)` over members, whose minimum is the same proportional spread, so
+//! repeated moves always end; with equal limits it stops exactly when every member is
+//! within one assignment of every other (so within +-1 of the mean).
 
 /// Most assignments being moved at once (journals with more serving assignments than
 /// their desired replication), so that a joining broker does not make every journal
 /// resync at the same moment.
 pub const MAX_MOVES_IN_FLIGHT: usize = 16;
-
-/// Fair shares of the members that accept assignments.
-#[derive(Debug, Default)]
-pub struct Shares<M: Ord> {
-    fair: BTreeMap<M, usize>,
-}
-
-impl<M: Ord + Clone> Shares<M> {
-    /// Shares of `slots` desired assignments over `members` (id, journal limit): each
-    /// member's share is proportional to its limit, rounded up, and never above it.
-    pub fn new(members: &[(M, u32)], slots: usize) -> Shares<M> {
-        let sum: u64 = members.iter().map(|(_, l)| u64::from(*l)).sum();
-        let fair = members
-            .iter()
-            .map(|(m, limit)| {
-                let limit = u64::from(*limit);
-                let share = if sum == 0 {
-                    0
-                } else {
-                    (slots as u64 * limit).div_ceil(sum).min(limit)
-                };
-                (m.clone(), share as usize)
-            })
-            .collect();
-        Shares { fair }
-    }
-
-    /// Whether `m` holds more than its fair share (a member without a share, e.g. one
-    /// that is exiting, always does if it holds anything).
-    pub fn over(&self, m: &M, load: usize) -> bool {
-        load > self.fair.get(m).copied().unwrap_or(0)
-    }
-}
 
 /// Whether moving one assignment from a member with `src_load` of `src_limit` to one with
 /// `dst_load` of `dst_limit` strictly lowers `sum(load^2 / limit)`: `(2*dst+1)/dst_limit <
@@ -109,24 +72,5 @@ mod tests {
         }
         assert_eq!(loads, [16, 16, 16, 16, 16]);
         assert_eq!(moves, 48);
-    }
-
-    #[test]
-    fn fair_shares_follow_limits() {
-        let s = Shares::new(&[("a", 10), ("b", 10), ("c", 20)], 12);
-        assert_eq!(s.fair["a"], 3);
-        assert_eq!(s.fair["c"], 6);
-        assert!(s.over(&"a", 4));
-        assert!(!s.over(&"a", 3));
-        assert!(s.over(&"gone", 1));
-        assert!(!s.over(&"gone", 0));
-        // Capped at the limit; no members, no shares.
-        let s = Shares::new(&[("a", 2), ("b", 100)], 100);
-        assert_eq!(s.fair["a"], 2);
-        let s: Shares<&str> = Shares::new(&[("a", 0)], 5);
-        assert!(s.over(&"a", 1));
-        // Equal limits: ceil(slots / members).
-        let s = Shares::new(&[("a", 1024), ("b", 1024), ("c", 1024), ("d", 1024)], 10);
-        assert_eq!(s.fair["a"], 3);
     }
 }
