@@ -58,7 +58,7 @@ CLUSTER_BIN=$(realpath "$CLUSTER_BIN")
 OUT="$ROOT/target/netfault"
 rm -rf "$OUT/runs"
 mkdir -p "$OUT/runs"
-ETCD_DIR=$(mktemp -d -t courant-netfault-etcd.XXXXXX)
+ETCD_DIR=""
 ETCD_PID=""
 
 cleanup() {
@@ -75,10 +75,11 @@ cleanup() {
     ip link del "${TAG}v$i" 2>/dev/null
   done
   ip link del "$BR" 2>/dev/null
-  rm -rf "$ETCD_DIR"
+  [ -z "$ETCD_DIR" ] || rm -rf "$ETCD_DIR"
 }
 cleanup # Leftovers of an interrupted run on the same ports.
 trap cleanup EXIT
+ETCD_DIR=$(mktemp -d -t courant-netfault-etcd.XXXXXX)
 
 # The bridge: the client (.1) and etcd (.2).
 ip link add "$BR" type bridge
