@@ -28,7 +28,8 @@ for tool in ip tc go curl; do
   command -v "$tool" >/dev/null || { echo "error: '$tool' is required" >&2; exit 1; }
 done
 if [ "$(id -u)" != 0 ]; then
-  echo "error: network namespaces need root" >&2
+  if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
+  echo "error: network namespaces need root (or sudo)" >&2
   exit 1
 fi
 
