@@ -12,14 +12,14 @@
 # to this machine. Needs root (ip netns) and iproute2 (ip, tc). Everything (namespaces,
 # links, etcd, brokers) is removed on exit; the whole step is bounded to 5 minutes.
 #
-# Knobs (environment): ETCD_BIN, ETCD_CLIENT_PORT/ETCD_PEER_PORT (default 23792/23802),
+# Knobs (environment): ETCD_BIN, ETCD_CLIENT_PORT/ETCD_PEER_PORT (default 23793/23803),
 # NETFAULT_SUBNET (a /24 prefix such as 10.213.7, default derived from the client port),
 # CLUSTER_BIN (default target/debug/courant, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-CLIENT_PORT="${ETCD_CLIENT_PORT:-23792}"
-PEER_PORT="${ETCD_PEER_PORT:-23802}"
+CLIENT_PORT="${ETCD_CLIENT_PORT:-23793}"
+PEER_PORT="${ETCD_PEER_PORT:-23803}"
 NET="${NETFAULT_SUBNET:-10.213.$((CLIENT_PORT % 250))}"
 TAG="cnf$((CLIENT_PORT % 100000))" # Unique per port: names of links and namespaces.
 BR="${TAG}br"
