@@ -14,7 +14,8 @@
 #
 # Knobs (environment): ETCD_BIN, ETCD_CLIENT_PORT/ETCD_PEER_PORT (default 23793/23803),
 # NETFAULT_SUBNET (a /24 prefix such as 10.213.7, default derived from the client port),
-# CLUSTER_BIN (default target/debug/courant, built if missing).
+# CLUSTER_IMPL/CLUSTER_BIN (default courant and target/debug/courant, built if missing; e.g.
+# gazette and its binary, with ETCD_BIN an etcd >= 3.5, to validate the test itself).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -48,13 +49,17 @@ if [ -z "$ETCD_BIN" ]; then
   fi
   ETCD_BIN=$(command -v etcd)
 fi
-export CLUSTER_IMPL=courant
-export CLUSTER_BIN="${CLUSTER_BIN:-$ROOT/target/debug/courant}"
-if [ ! -x "$CLUSTER_BIN" ]; then
-  echo "building target/debug/courant"
-  timeout 1800 cargo build --bin courant
+export CLUSTER_IMPL="${CLUSTER_IMPL:-courant}"
+if [ "$CLUSTER_IMPL" = courant ]; then
+  export CLUSTER_BIN="${CLUSTER_BIN:-$ROOT/target/debug/courant}"
+  if [ ! -x "$CLUSTER_BIN" ]; then
+    echo "building target/debug/courant"
+    timeout 1800 cargo build --bin courant
+  fi
 fi
+: "${CLUSTER_BIN:?set CLUSTER_BIN to the broker binary of CLUSTER_IMPL=$CLUSTER_IMPL}"
 CLUSTER_BIN=$(realpath "$CLUSTER_BIN")
+export CLUSTER_BIN
 
 OUT="$ROOT/target/netfault"
 rm -rf "$OUT/runs"
