@@ -55,9 +55,10 @@
 //!
 //! Not Gazette's solver: there is no max-flow; placement is greedy (least load ratio
 //! first) and balance comes from one-at-a-time moves, which spread assignments in
-//! proportion to `journal_limit` as Gazette's fair shares do, when zones allow it. Members whose load exceeds a lowered
-//! `journal_limit` keep their assignments unless a move improves the spread. Followers
-//! only read the results, so a mixed cluster stays compatible.
+//! proportion to `journal_limit` as Gazette's fair shares do, when zones allow it. Members
+//! whose load exceeds a lowered `journal_limit` are not drained below it as such; they
+//! only shed what improves the spread. Followers only read the results, so a mixed
+//! cluster stays compatible.
 
 // Until the server starts it (`run`), only the tests use this module.
 
