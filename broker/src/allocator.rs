@@ -1882,22 +1882,22 @@ mod tests {
         assert_converged(&sim.snapshot());
     }
 
-    fn loads_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+    /// Per member: (assignments, primaries).
+    fn counts(sim: &Sim) -> BTreeMap<MemberId, (usize, usize)> {
         let snap = sim.snapshot();
         let loads = Loads::of(&snap);
         snap.members
             .keys()
-            .map(|m| (m.clone(), loads.total(m)))
+            .map(|m| (m.clone(), (loads.total(m), loads.primary(m))))
             .collect()
     }
 
+    fn loads_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+        counts(sim).into_iter().map(|(m, (n, _))| (m, n)).collect()
+    }
+
     fn primaries_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
-        let snap = sim.snapshot();
-        let loads = Loads::of(&snap);
-        snap.members
-            .keys()
-            .map(|m| (m.clone(), loads.primary(m)))
-            .collect()
+        counts(sim).into_iter().map(|(m, (_, p))| (m, p)).collect()
     }
 
     /// A converged cluster of `members` (zone, suffix, limit) holding `journals`
