@@ -24,7 +24,7 @@ mod error;
 pub mod fragment;
 pub mod index;
 pub mod naming;
-mod record;
+pub mod record;
 pub mod spool;
 pub mod summer;
 #[cfg(test)]
