@@ -49,11 +49,7 @@ async fn replication_to_a_down_peer_is_unavailable() {
         return;
     };
     within(100, async {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let prefix = format!("/courant-test/peer-down-{nanos:x}-{}", std::process::id());
+        let prefix = courant_tests::etcd_env::unique_etcd_prefix("peer-down");
         // A port nothing listens on.
         let dead = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

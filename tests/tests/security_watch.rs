@@ -6,17 +6,9 @@
 use courant_tests::*;
 use std::time::{Duration, Instant};
 
-fn prefix(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("/courant-test/{name}-{nanos:x}-{}", std::process::id())
-}
-
 /// The fastest and slowest of three Applies on a broker with `--broker.watch-delay delay`.
 async fn apply_times(url: &str, delay: &str) -> (Duration, Duration) {
-    let p = prefix("watch-delay");
+    let p = courant_tests::etcd_env::unique_etcd_prefix("watch-delay");
     let broker = Broker::start(&[
         "--etcd.address",
         url,
