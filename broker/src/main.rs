@@ -10,6 +10,7 @@ mod config;
 mod control;
 mod core;
 mod flow;
+mod guards;
 mod http;
 mod ini;
 mod io;

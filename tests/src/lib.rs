@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 pub use protocol;
 
+pub mod faults;
+
 pub const LIST: &str = "/protocol.Journal/List";
 pub const APPLY: &str = "/protocol.Journal/Apply";
 pub const READ: &str = "/protocol.Journal/Read";
