@@ -56,13 +56,23 @@ enum Command {
 
 fn main() {
     // The INI file (if any) is exported as env vars first: file < env < flags.
-    if let Some(serve) = Cli::command().find_subcommand("serve")
-        && let Err(err) = ini::apply(serve)
-    {
-        eprintln!("courant: config file: {err}");
-        std::process::exit(1);
-    }
-    let matches = Cli::command().get_matches();
+    let ini = match Cli::command().find_subcommand("serve").map(ini::apply) {
+        Some(Err(err)) => {
+            eprintln!("courant: config file {err}");
+            std::process::exit(1);
+        }
+        Some(Ok(applied)) => applied,
+        None => None,
+    };
+    let matches = Cli::command().try_get_matches().unwrap_or_else(|err| {
+        if let Some(applied) = &ini
+            && err.use_stderr()
+        {
+            let args: Vec<String> = std::env::args().collect();
+            eprintln!("courant: {}", applied.blame(&err, &args));
+        }
+        err.exit()
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::PrintConfig(_) => {

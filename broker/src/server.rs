@@ -153,7 +153,13 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("starting executor {index}: {e}"))?;
         handles.push(handle);
     }
-    tracing::info!(cores, %endpoint, "courant serving");
+    tracing::info!(
+        cores,
+        %endpoint,
+        listen = %format!("{}:{}", cfg.bind, cfg.port),
+        data_dir = %cfg.data_dir.display(),
+        "courant serving"
+    );
     for h in handles {
         h.join().map_err(|e| format!("executor failed: {e}"))?;
     }

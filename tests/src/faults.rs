@@ -22,8 +22,8 @@ impl Proc {
         let mut cmd = Command::new(courant_bin());
         cmd.args(args)
             .stdin(Stdio::null())
-            .stdout(log.reopen().expect("log handle"))
-            .stderr(log.reopen().expect("log handle"));
+            .stdout(appender(log.path()))
+            .stderr(appender(log.path()));
         // Keep a developer's own config files out of the way.
         cmd.env_remove("HOME");
         if let Some(dir) = cwd {
@@ -77,6 +77,14 @@ impl Proc {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
     }
+}
+
+/// A handle appending to `path` (stdout and stderr share the file without overwriting).
+fn appender(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("log handle")
 }
 
 impl Drop for Proc {

@@ -63,12 +63,14 @@ impl Embedded {
                 .and_then(|()| log.sync_data())
                 .map_err(|e| format!("truncating {}: {e}", path.display()))?;
         }
+        let journals = decode_items(root, &keys);
+        warn_single_copy(journals.values(), "at start");
         let snapshot = Arc::new(Snapshot {
             revision,
             cluster_id,
             member_id,
             raft_term: 1,
-            journals: decode_items(root, &keys),
+            journals,
             keys,
             ..Default::default()
         });
@@ -112,9 +114,16 @@ impl Backend for Embedded {
 
         let mut keys = cur.keys.clone();
         apply_ops(&mut keys, revision, ops);
+        let journals = decode_items(&self.root, &keys);
+        warn_single_copy(
+            journals
+                .values()
+                .filter(|item| item.mod_revision == revision),
+            "applied",
+        );
         self.snapshot = Arc::new(Snapshot {
             revision,
-            journals: decode_items(&self.root, &keys),
+            journals,
             keys,
             ..(**cur).clone()
         });
@@ -122,6 +131,24 @@ impl Backend for Embedded {
             succeeded: true,
             revision,
         })
+    }
+}
+
+/// The embedded keyspace has one broker: a journal wanting more than one replica gets one
+/// copy of every append, which an operator must hear about (Gazette would refuse the
+/// appends with INSUFFICIENT_JOURNAL_BROKERS until enough brokers join).
+fn warn_single_copy<'a>(journals: impl Iterator<Item = &'a super::JournalItem>, when: &str) {
+    for item in journals {
+        let wanted = item.spec.replication;
+        if wanted > 1 {
+            tracing::warn!(
+                journal = %item.spec.name,
+                replication = wanted,
+                when,
+                "journal wants {wanted} replicas but this broker runs alone (embedded \
+                 keyspace, no --etcd.address): its appends are acknowledged with 1 copy"
+            );
+        }
     }
 }
 
