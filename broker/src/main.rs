@@ -127,6 +127,23 @@ fn print_config(matches: &clap::ArgMatches) -> String {
     out
 }
 
+/// stderr for log lines, dropping what cannot be written (a full disk under a redirected
+/// stderr): a failed log write never takes the broker down (tracing-subscriber would report
+/// it with `eprintln!`, which panics when stderr fails too).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 fn init_logging(level: &str, format: &str) {
     let level = match level.to_ascii_lowercase().as_str() {
         "trace" => tracing::Level::TRACE,
@@ -137,7 +154,7 @@ fn init_logging(level: &str, format: &str) {
     };
     let builder = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(false);
     if format == "json" {
         builder.json().init();

@@ -47,7 +47,14 @@ impl StorageError {
     /// content: No space left on device`).
     pub fn client_message(&self) -> String {
         match self {
-            StorageError::Io { op, source, .. } => format!("{op} a spool file: {source}"),
+            // The source's own text may name the path too (glommio's errors do).
+            StorageError::Io { op, source, .. } => match source.raw_os_error() {
+                Some(code) => format!(
+                    "{op} a spool file: {}",
+                    std::io::Error::from_raw_os_error(code)
+                ),
+                None => format!("{op} a spool file: {}", source.kind()),
+            },
             StorageError::Poisoned { journal, .. } => {
                 format!("spool of {journal} is poisoned by an earlier failure")
             }
@@ -81,6 +88,13 @@ mod tests {
         assert!(io.to_string().contains("/srv/secret"));
         let msg = io.client_message();
         assert!(!msg.contains("/srv") && msg.contains("writing"), "{msg}");
+        let wrapped = StorageError::io(
+            "writing",
+            "/srv/secret/x",
+            std::io::Error::new(std::io::ErrorKind::StorageFull, "at /srv/secret/x"),
+        );
+        let msg = wrapped.client_message();
+        assert!(!msg.contains("/srv") && msg.contains("storage"), "{msg}");
         let mismatch = StorageError::JournalMismatch {
             dir: "/srv/secret".into(),
             journal: "a/b".into(),

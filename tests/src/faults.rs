@@ -36,6 +36,17 @@ impl Proc {
         Proc { child, log }
     }
 
+    /// Starts `cmd` with stdout (and, if `stderr_too`, stderr) going to the log file.
+    pub fn spawn_cmd(cmd: &mut Command, stderr_too: bool) -> Proc {
+        let log = tempfile::NamedTempFile::new().expect("stderr log");
+        cmd.stdin(Stdio::null()).stdout(appender(log.path()));
+        if stderr_too {
+            cmd.stderr(appender(log.path()));
+        }
+        let child = cmd.spawn().expect("spawning");
+        Proc { child, log }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -102,4 +113,52 @@ pub async fn run(args: &[&str], cwd: Option<&Path>, env: &[(&str, &str)]) -> (Ex
         .await
         .unwrap_or_else(|| panic!("courant {args:?} did not exit within 20 s:\n{}", p.output()));
     (status, p.output())
+}
+
+/// Opens an HTTP/2 gRPC channel to a broker on `127.0.0.1:port`.
+pub async fn connect(port: u16) -> protocol::grpc::Channel {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap_or_else(|e| panic!("connecting to port {port}: {e}"));
+    let _ = tcp.set_nodelay(true);
+    let (ch, conn) = protocol::grpc::Channel::handshake(tcp, &format!("127.0.0.1:{port}"))
+        .await
+        .unwrap_or_else(|e| panic!("HTTP/2 handshake: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    ch
+}
+
+/// Waits until `127.0.0.1:port` accepts TCP connections (true) or `within` passes.
+pub async fn wait_port(port: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A free loopback port (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Whether this process may create mount namespaces and mount a tmpfs (root in CI).
+pub fn can_mount_tmpfs() -> bool {
+    Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m none /mnt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
