@@ -162,3 +162,78 @@ pub fn can_mount_tmpfs() -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// A TCP proxy that can cut every connection through it and refuse new ones, then let
+/// them through again: a network outage between a broker and a server (etcd) without
+/// touching either process.
+pub struct CutProxy {
+    port: u16,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    /// Listens on a free loopback port and forwards to `upstream` (`host:port`).
+    pub async fn start(upstream: &str) -> CutProxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy listener");
+        let port = listener.local_addr().expect("proxy address").port();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let upstream = upstream.to_string();
+        let accept = {
+            let open = open.clone();
+            let conns = conns.clone();
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if !open.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    let mut all = conns.lock().expect("proxy connections");
+                    all.retain(|t: &tokio::task::JoinHandle<()>| !t.is_finished());
+                    all.push(task);
+                }
+            })
+        };
+        CutProxy {
+            port,
+            open,
+            conns,
+            accept,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Drops every connection through the proxy and refuses new ones.
+    pub fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for task in self.conns.lock().expect("proxy connections").drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
