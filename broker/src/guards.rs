@@ -80,7 +80,7 @@ pub fn claim_port(host: &str, port: u16) -> Result<PortClaim, String> {
     let claim = claim_abstract(&format!("courant-port-{port}")).map_err(|err| {
         if err.raw_os_error() == Some(libc::EADDRINUSE) {
             format!(
-                "port {port} is already served by another courant broker on this host; \
+                "port {port} is already in use by another courant broker on this host; \
                  refusing to share it (choose another --broker.port)"
             )
         } else {
