@@ -72,11 +72,27 @@ pub struct PortClaim {
     _socket: OwnedFd,
 }
 
+/// How long a probe waits for the listeners of a broker that just died: a process killed
+/// with io_uring accepts pending keeps its listening sockets until the kernel tears its
+/// rings down, shortly after the exit (a restarted broker would otherwise join them, and
+/// connections the kernel hands to them are reset).
+const DEAD_LISTENER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Refuses a port that another process serves, before this broker binds its SO_REUSEPORT
 /// listeners: first a claim another Courant broker would hold (closing the window between
 /// two brokers starting at once), then a probe bind without SO_REUSEPORT, which fails if
-/// anything listens on the port (including another broker's SO_REUSEPORT group).
+/// anything listens on the port (including another broker's SO_REUSEPORT group). With the
+/// claim held, a listener can only be a dead broker's (see [`DEAD_LISTENER_GRACE`]) or
+/// another program's: the probe is retried for a while before giving up.
 pub fn claim_port(host: &str, port: u16) -> Result<PortClaim, String> {
+    claim_port_within(host, port, DEAD_LISTENER_GRACE)
+}
+
+fn claim_port_within(
+    host: &str,
+    port: u16,
+    grace: std::time::Duration,
+) -> Result<PortClaim, String> {
     let claim = claim_abstract(&format!("courant-port-{port}")).map_err(|err| {
         if err.raw_os_error() == Some(libc::EADDRINUSE) {
             format!(
@@ -87,7 +103,19 @@ pub fn claim_port(host: &str, port: u16) -> Result<PortClaim, String> {
             format!("claiming port {port}: {err}")
         }
     })?;
-    probe_bind(host, port)?;
+    let started = std::time::Instant::now();
+    loop {
+        match probe_bind(host, port) {
+            Ok(()) => break,
+            Err((true, _)) if started.elapsed() < grace => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err((_, msg)) => return Err(msg),
+        }
+    }
+    if started.elapsed() > std::time::Duration::from_millis(100) {
+        tracing::info!(port, waited = ?started.elapsed(), "the port was held by a listener that went away");
+    }
     Ok(claim)
 }
 
@@ -126,14 +154,20 @@ fn claim_abstract(name: &str) -> std::io::Result<PortClaim> {
 }
 
 /// Binds and listens on `host:port` without SO_REUSEPORT, then closes the socket again.
-fn probe_bind(host: &str, port: u16) -> Result<(), String> {
+/// Errors say whether the address was in use.
+fn probe_bind(host: &str, port: u16) -> Result<(), (bool, String)> {
     use socket2::{Domain, Socket, Type};
     use std::net::ToSocketAddrs;
     let addr = (host, port)
         .to_socket_addrs()
-        .map_err(|e| format!("resolving --broker.bind {host}: {e}"))?
+        .map_err(|e| (false, format!("resolving --broker.bind {host}: {e}")))?
         .next()
-        .ok_or_else(|| format!("--broker.bind {host} resolves to no address"))?;
+        .ok_or_else(|| {
+            (
+                false,
+                format!("--broker.bind {host} resolves to no address"),
+            )
+        })?;
     let probe = || -> std::io::Result<()> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
         // SO_REUSEADDR only skips TIME_WAIT leftovers; it never joins a listening socket.
@@ -144,12 +178,13 @@ fn probe_bind(host: &str, port: u16) -> Result<(), String> {
     };
     probe().map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!(
+            let msg = format!(
                 "binding {host}:{port}: address already in use by another process \
                  (refusing to share the port)"
-            )
+            );
+            (true, msg)
         } else {
-            format!("binding {host}:{port}: {e}")
+            (false, format!("binding {host}:{port}: {e}"))
         }
     })
 }
@@ -181,9 +216,19 @@ mod tests {
     fn a_claimed_or_listening_port_is_refused() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let err = claim_port("127.0.0.1", port).err().expect("port in use");
+        let none = std::time::Duration::ZERO;
+        let err = claim_port_within("127.0.0.1", port, none)
+            .err()
+            .expect("port in use");
         assert!(err.contains("already in use"), "{err}");
-        drop(listener);
+        // A listener that goes away within the grace period (a dead broker's) is waited for.
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(listener);
+        });
+        let claim = claim_port("127.0.0.1", port).expect("the listener went away");
+        closer.join().unwrap();
+        drop(claim);
         let claim = claim_port("127.0.0.1", port).expect("port free again");
         let err = claim_port("127.0.0.1", port).err().expect("port claimed");
         assert!(err.contains("another courant broker"), "{err}");
