@@ -11,6 +11,7 @@
 //! names no flag is an error in `courant.ini`, and a warning in `gazette.ini` (which may
 //! hold Gazette options Courant does not have).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 /// Longest config file read, in bytes.
@@ -155,7 +156,8 @@ pub fn apply(cmd: &clap::Command) -> Result<Option<Applied>, String> {
                 return Err(what);
             }
             // gazette.ini may configure Gazette options Courant does not have.
-            eprintln!("courant: warning: {what}: ignored");
+            // (Not eprintln!, which panics when stderr fails.)
+            let _ = writeln!(std::io::stderr(), "courant: warning: {what}: ignored");
             continue;
         };
         let Some(env) = arg.get_env() else { continue };

@@ -77,7 +77,9 @@ fn main() {
     match cli.command {
         Command::PrintConfig(_) => {
             if let Some(sub) = matches.subcommand_matches("print-config") {
-                print!("{}", print_config(sub));
+                // A closed pipe (`| head`) is not worth a panic.
+                let _ =
+                    std::io::Write::write_all(&mut std::io::stdout(), print_config(sub).as_bytes());
             }
         }
         Command::Serve(cfg) => {
