@@ -94,8 +94,13 @@ pub struct ServeConfig {
     /// PEM CA certificates: when set, clients must present a certificate signed by one.
     #[arg(long = "broker.server-ca-file", env = "BROKER_SERVER_CA_FILE")]
     pub server_ca_file: Option<PathBuf>,
-    /// Origin allowed in CORS contexts of the `/v1/` JSON routes (repeatable).
-    #[arg(long = "broker.allow-origin", env = "BROKER_ALLOW_ORIGIN")]
+    /// Origin allowed in CORS contexts of the `/v1/` JSON routes (repeatable, or comma
+    /// separated, as `print-config` prints several).
+    #[arg(
+        long = "broker.allow-origin",
+        env = "BROKER_ALLOW_ORIGIN",
+        value_delimiter = ','
+    )]
     pub allow_origin: Vec<String>,
     /// Also serve `/debug/ready` and `/debug/metrics` on this separate port (HTTP/1.1).
     #[arg(long = "debug.port", env = "DEBUG_PORT")]
@@ -244,6 +249,21 @@ mod tests {
         for bad in ["", "20", "s", "20x", "1..2s", "-1s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// `print-config` prints several origins comma separated; they must read back as
+    /// several (through the env var an INI value becomes, split as a flag's value is).
+    #[test]
+    fn origins_split_on_commas() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: super::ServeConfig,
+        }
+        let cli = Cli::try_parse_from(["t", "--broker.allow-origin", "http://a,http://b"])
+            .unwrap();
+        assert_eq!(cli.serve.allow_origin, ["http://a", "http://b"]);
     }
 
     #[test]

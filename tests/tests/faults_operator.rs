@@ -39,6 +39,27 @@ async fn print_config_reads_back_and_serve_says_where_and_when_it_stops() {
         );
         assert_eq!(again, printed);
 
+        // Several values of a repeatable flag read back as several values.
+        let (ok, two) = print_config(
+            dir.path(),
+            &[
+                "--broker.allow-origin",
+                "http://a",
+                "--broker.allow-origin",
+                "http://b",
+            ],
+        )
+        .await;
+        assert!(ok, "{two}");
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join("courant.ini"), &two).unwrap();
+        let (ok, back) = print_config(other.path(), &["--broker.allow-origin", "http://c"]).await;
+        assert!(ok, "{back}");
+        // A flag replaces the file's values (file < env < flags), one origin each.
+        assert!(back.contains("allow-origin = http://c\n"), "{back}");
+        let (_, back) = print_config(other.path(), &[]).await;
+        assert_eq!(back, two);
+
         // And `serve` runs on it (here on a free loopback port and a private data dir).
         let port = free_port();
         let edited = printed
