@@ -261,8 +261,7 @@ mod tests {
             #[command(flatten)]
             serve: super::ServeConfig,
         }
-        let cli = Cli::try_parse_from(["t", "--broker.allow-origin", "http://a,http://b"])
-            .unwrap();
+        let cli = Cli::try_parse_from(["t", "--broker.allow-origin", "http://a,http://b"]).unwrap();
         assert_eq!(cli.serve.allow_origin, ["http://a", "http://b"]);
     }
 
