@@ -66,7 +66,7 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock, String> {
 }
 
 /// A claim on a port, held while the process lives: an abstract Unix socket named after
-/// the port (exclusive within the network namespace, which is also the scope of TCP ports;
+/// the bind address and port (exclusive within the network namespace, which is also the scope of TCP ports;
 /// freed by the kernel when the process dies).
 pub struct PortClaim {
     _socket: OwnedFd,
@@ -93,14 +93,16 @@ fn claim_port_within(
     port: u16,
     grace: std::time::Duration,
 ) -> Result<PortClaim, String> {
-    let claim = claim_abstract(&format!("courant-port-{port}")).map_err(|err| {
+    // Named by the address as configured: two brokers on different addresses of one host
+    // may share a port number (overlaps, such as 0.0.0.0 and 127.0.0.1, the probe finds).
+    let claim = claim_abstract(&format!("courant-bind-{host}:{port}")).map_err(|err| {
         if err.raw_os_error() == Some(libc::EADDRINUSE) {
             format!(
-                "port {port} is already in use by another courant broker on this host; \
-                 refusing to share it (choose another --broker.port)"
+                "{host}:{port} is already in use by another courant broker on this host; \
+                 refusing to share the port (choose another --broker.port)"
             )
         } else {
-            format!("claiming port {port}: {err}")
+            format!("claiming {host}:{port}: {err}")
         }
     })?;
     let started = std::time::Instant::now();
