@@ -82,6 +82,20 @@ async fn a_second_broker_on_the_same_port_is_refused() {
         ])
         .await;
         assert!(out.contains(&port), "the port is named:\n{out}");
+        // Also on an overlapping address (all interfaces, which include loopback).
+        let out = second_refused(&[
+            "serve",
+            "--broker.bind",
+            "0.0.0.0",
+            "--broker.port",
+            &port,
+            "--tpc.cores",
+            "1",
+            "--data-dir",
+            other.path().to_str().unwrap(),
+        ])
+        .await;
+        assert!(out.contains("in use"), "{out}");
         // Every connection still reaches the first broker.
         let ch = first.connect().await;
         create_journals(&ch, &["guard/p"]).await;
