@@ -237,3 +237,25 @@ impl Drop for CutProxy {
         self.cut();
     }
 }
+
+/// Whether a live process answers on `127.0.0.1:port`: a request gets any reply (or a
+/// clean close, as from a TLS port) within a second. A TCP connect alone is not enough: a
+/// broker killed with io_uring accepts pending leaves listening sockets that complete
+/// handshakes for a while after its death, but never answer.
+pub async fn answers(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        tcp.write_all(b"GET /debug/ready HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = [0u8; 64];
+        tcp.read(&mut buf).await.ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Some(_))
+    )
+}

@@ -104,7 +104,10 @@ async fn partial_uploads_of_a_killed_broker_are_removed_quietly() {
             ));
             std::fs::write(&p, vec![0x55; 100_000]).unwrap();
         }
-        assert_eq!(partials(&root).len(), 3);
+        // (The kill may also have cut a real upload short: its leftover counts too.)
+        let left = partials(&root).len();
+        assert!(left >= 3, "{left}");
+        eprintln!("{left} partial uploads after kill -9 (3 planted)");
 
         broker.restart().await;
         let ch = broker.connect().await;
