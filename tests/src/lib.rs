@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 pub use protocol;
 
 mod checks;
+pub mod faults;
 mod harness;
 mod messages;
 mod raw;
