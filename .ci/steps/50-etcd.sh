@@ -6,6 +6,8 @@
 # (target/debug/courant) itself, each run under a fresh --etcd.prefix. The Debian package's
 # init may start a system etcd on 2379: it is stopped if this step started it, and our own
 # etcd is always stopped on exit. Override ports with ETCD_CLIENT_PORT / ETCD_PEER_PORT.
+# One test compacts etcd (keys outside every test prefix) while a broker's watch is cut
+# off through a proxy, and checks the broker reloads in place.
 # Arguments go to the test binary: `bash .ci/steps/50-etcd.sh etcd_member_apply`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

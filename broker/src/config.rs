@@ -59,7 +59,7 @@ pub struct ServeConfig {
     /// Time-to-live of this broker's etcd lease (its member and assignment keys), as a Go
     /// duration (`20s`, `1m`), at least 1s.
     #[arg(long = "etcd.lease", env = "ETCD_LEASE_TTL", default_value = "20s",
-          value_parser = parse_duration)]
+          value_parser = parse_lease)]
     pub etcd_lease: std::time::Duration,
     /// Root prefix of the keyspace (Gazette's etcd layout; also used by the embedded keyspace).
     #[arg(
@@ -68,8 +68,10 @@ pub struct ServeConfig {
         default_value = "/gazette/cluster"
     )]
     pub etcd_prefix: String,
-    /// Logging level: trace, debug, info, warn, error.
-    #[arg(long = "log.level", env = "LOG_LEVEL", default_value = "warn")]
+    /// Logging level: trace, debug, info, warn, error (Gazette's fatal and panic mean error).
+    /// At info (the default) the broker says where it serves and when it stops.
+    #[arg(long = "log.level", env = "LOG_LEVEL", default_value = "info", ignore_case = true,
+          value_parser = ["trace", "debug", "info", "warn", "warning", "error", "fatal", "panic"])]
     pub log_level: String,
     /// Logging output format: text or json ("color" is accepted as text).
     #[arg(long = "log.format", env = "LOG_FORMAT", default_value = "text",
@@ -97,8 +99,13 @@ pub struct ServeConfig {
     /// PEM CA certificates: when set, clients must present a certificate signed by one.
     #[arg(long = "broker.server-ca-file", env = "BROKER_SERVER_CA_FILE")]
     pub server_ca_file: Option<PathBuf>,
-    /// Origin allowed in CORS contexts of the `/v1/` JSON routes (repeatable).
-    #[arg(long = "broker.allow-origin", env = "BROKER_ALLOW_ORIGIN")]
+    /// Origin allowed in CORS contexts of the `/v1/` JSON routes (repeatable, or comma
+    /// separated, as `print-config` prints several).
+    #[arg(
+        long = "broker.allow-origin",
+        env = "BROKER_ALLOW_ORIGIN",
+        value_delimiter = ','
+    )]
     pub allow_origin: Vec<String>,
     /// Also serve `/debug/ready` and `/debug/metrics` on this separate port (HTTP/1.1).
     #[arg(long = "debug.port", env = "DEBUG_PORT")]
@@ -219,6 +226,15 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
+/// `--etcd.lease`: a Go duration of at least one second (etcd's lease granularity).
+pub fn parse_lease(text: &str) -> Result<std::time::Duration, String> {
+    let lease = parse_duration(text)?;
+    if lease < std::time::Duration::from_secs(1) {
+        return Err(format!("{text:?} is shorter than the 1s minimum"));
+    }
+    Ok(lease)
+}
+
 impl ServeConfig {
     pub fn cores(&self) -> usize {
         self.cores
@@ -270,7 +286,7 @@ fn hostname() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, parse_lease};
     use std::time::Duration;
 
     #[test]
@@ -282,6 +298,29 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         for bad in ["", "20", "s", "20x", "1..2s", "-1s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// `print-config` prints several origins comma separated; they must read back as
+    /// several (through the env var an INI value becomes, split as a flag's value is).
+    #[test]
+    fn origins_split_on_commas() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: super::ServeConfig,
+        }
+        let cli = Cli::try_parse_from(["t", "--broker.allow-origin", "http://a,http://b"]).unwrap();
+        assert_eq!(cli.serve.allow_origin, ["http://a", "http://b"]);
+    }
+
+    #[test]
+    fn leases_are_at_least_a_second() {
+        assert_eq!(parse_lease("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_lease("20s"), Ok(Duration::from_secs(20)));
+        for bad in ["0s", "999ms", "0.5s", "x"] {
+            assert!(parse_lease(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -6,8 +6,12 @@
 //! flag `--section.key` (sections and keys as `courant print-config` prints them, matched
 //! case-insensitively; `[courant]` holds the flags without a group). A value becomes the
 //! flag's environment variable unless that variable is already set, so clap then applies
-//! env vars and flags over it.
+//! env vars and flags over it. An empty value leaves a flag without a default unset (as
+//! `courant print-config` prints such flags), so that printed configs read back. A key that
+//! names no flag is an error in `courant.ini`, and a warning in `gazette.ini` (which may
+//! hold Gazette options Courant does not have).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 /// Longest config file read, in bytes.
@@ -24,8 +28,57 @@ fn candidates() -> Vec<PathBuf> {
     out
 }
 
-/// Parses INI text into (section, key, value) triples. Comments start with `;` or `#`.
-pub fn parse(text: &str) -> Result<Vec<(String, String, String)>, String> {
+/// One `key = value` of a config file.
+#[derive(Debug, PartialEq)]
+pub struct Entry {
+    /// Lower-cased section, empty before the first header.
+    pub section: String,
+    pub key: String,
+    pub value: String,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// A config file that was read, and the flags it set.
+pub struct Applied {
+    pub path: PathBuf,
+    /// (flag's long name, line) of every value exported from the file.
+    pub set: Vec<(String, usize)>,
+}
+
+impl Applied {
+    /// A note naming the file (and the line) behind a clap error, when the file set a value
+    /// that the command line did not override.
+    pub fn blame(&self, err: &clap::Error, args: &[String]) -> String {
+        let invalid = match err.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg)) => arg.clone(),
+            _ => String::new(),
+        };
+        let long = invalid
+            .trim_start_matches("--")
+            .split([' ', '='])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let flag = format!("--{long}");
+        let on_command_line = args
+            .iter()
+            .any(|a| a == &flag || a.starts_with(&format!("{flag}=")));
+        match self.set.iter().find(|(l, _)| l == &long) {
+            Some((_, line)) if !long.is_empty() && !on_command_line => format!(
+                "config file {} line {line} sets --{long}",
+                self.path.display()
+            ),
+            _ => format!(
+                "(settings were also read from config file {})",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+/// Parses INI text into entries. Comments start with `;` or `#`.
+pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let mut section = String::new();
     let mut out = Vec::new();
     for (n, raw) in text.lines().enumerate() {
@@ -48,21 +101,24 @@ pub fn parse(text: &str) -> Result<Vec<(String, String, String)>, String> {
             .strip_prefix('"')
             .and_then(|v| v.strip_suffix('"'))
             .unwrap_or(value);
-        out.push((
-            section.clone(),
-            key.trim().to_ascii_lowercase(),
-            value.to_string(),
-        ));
+        out.push(Entry {
+            section: section.clone(),
+            key: key.trim().to_ascii_lowercase(),
+            value: value.to_string(),
+            line: n + 1,
+        });
     }
     Ok(out)
 }
 
 /// Reads the first config file found and exports its values as env vars of `cmd`'s flags.
-/// Returns the file used, if any.
-pub fn apply(cmd: &clap::Command) -> Result<Option<PathBuf>, String> {
+/// Returns the file used, if any, and what it set.
+pub fn apply(cmd: &clap::Command) -> Result<Option<Applied>, String> {
     let Some(path) = candidates().into_iter().find(|p| p.is_file()) else {
         return Ok(None);
     };
+    // Named in full in every message: the operator may not know which file was picked up.
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
     let len = std::fs::metadata(&path).map_or(0, |m| m.len());
     if len > MAX_FILE_BYTES {
         return Err(format!(
@@ -72,26 +128,53 @@ pub fn apply(cmd: &clap::Command) -> Result<Option<PathBuf>, String> {
     }
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let entries = parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    for (section, key, value) in entries {
+    let strict = path
+        .file_name()
+        .is_some_and(|n| n.eq_ignore_ascii_case("courant.ini"));
+    let mut set = Vec::new();
+    for Entry {
+        section,
+        key,
+        value,
+        line,
+    } in entries
+    {
         let long = if section.is_empty() || section == "courant" || key.contains('.') {
             key.clone()
         } else {
             format!("{section}.{key}")
         };
-        // Unknown options are ignored, as Gazette's INI parsing does.
         let Some(arg) = cmd
             .get_arguments()
             .find(|a| a.get_long().is_some_and(|l| l.eq_ignore_ascii_case(&long)))
         else {
+            let what = format!(
+                "{} line {line}: unknown option [{section}] {key} (no flag --{long})",
+                path.display()
+            );
+            if strict {
+                return Err(what);
+            }
+            // gazette.ini may configure Gazette options Courant does not have.
+            // (Not eprintln!, which panics when stderr fails.)
+            let _ = writeln!(std::io::stderr(), "courant: warning: {what}: ignored");
             continue;
         };
         let Some(env) = arg.get_env() else { continue };
+        // An empty value of a flag without a default means "unset", as print-config
+        // prints it (clap would refuse an empty path or number).
+        if value.is_empty() && arg.get_default_values().is_empty() {
+            continue;
+        }
         if std::env::var_os(env).is_none() {
             // SAFETY: called from `main` before any other thread exists.
             unsafe { std::env::set_var(env, &value) };
+            if let Some(long) = arg.get_long() {
+                set.push((long.to_string(), line));
+            }
         }
     }
-    Ok(Some(path))
+    Ok(Some(Applied { path, set }))
 }
 
 #[cfg(test)]
@@ -102,14 +185,17 @@ mod tests {
             "; comment\n[Broker]\nport = 8080\n# another\nzone=\"z 1\"\n\n[log]\nlevel= info\n",
         )
         .unwrap();
-        assert_eq!(
-            got,
-            vec![
-                ("broker".into(), "port".into(), "8080".into()),
-                ("broker".into(), "zone".into(), "z 1".into()),
-                ("log".into(), "level".into(), "info".into()),
-            ]
-        );
+        let got: Vec<_> = got
+            .into_iter()
+            .map(|e| (e.section, e.key, e.value, e.line))
+            .collect();
+        let want = [
+            ("broker", "port", "8080", 3),
+            ("broker", "zone", "z 1", 5),
+            ("log", "level", "info", 8),
+        ]
+        .map(|(s, k, v, l)| (s.to_string(), k.to_string(), v.to_string(), l));
+        assert_eq!(got, want);
         assert!(super::parse("[broken\n").is_err());
         assert!(super::parse("[a]\nno equals sign\n").is_err());
     }

@@ -12,6 +12,7 @@ mod control;
 mod core;
 mod errors;
 mod flow;
+mod guards;
 mod http;
 mod idle;
 mod ini;
@@ -59,18 +60,30 @@ enum Command {
 
 fn main() {
     // The INI file (if any) is exported as env vars first: file < env < flags.
-    if let Some(serve) = Cli::command().find_subcommand("serve")
-        && let Err(err) = ini::apply(serve)
-    {
-        eprintln!("courant: config file: {err}");
-        std::process::exit(1);
-    }
-    let matches = Cli::command().get_matches();
+    let ini = match Cli::command().find_subcommand("serve").map(ini::apply) {
+        Some(Err(err)) => {
+            eprintln!("courant: config file {err}");
+            std::process::exit(1);
+        }
+        Some(Ok(applied)) => applied,
+        None => None,
+    };
+    let matches = Cli::command().try_get_matches().unwrap_or_else(|err| {
+        if let Some(applied) = &ini
+            && err.use_stderr()
+        {
+            let args: Vec<String> = std::env::args().collect();
+            eprintln!("courant: {}", applied.blame(&err, &args));
+        }
+        err.exit()
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::PrintConfig(_) => {
             if let Some(sub) = matches.subcommand_matches("print-config") {
-                print!("{}", print_config(sub));
+                // A closed pipe (`| head`) is not worth a panic.
+                let _ =
+                    std::io::Write::write_all(&mut std::io::stdout(), print_config(sub).as_bytes());
             }
         }
         Command::Serve(cfg) => {
@@ -120,6 +133,23 @@ fn print_config(matches: &clap::ArgMatches) -> String {
     out
 }
 
+/// stderr for log lines, dropping what cannot be written (a full disk under a redirected
+/// stderr): a failed log write never takes the broker down (tracing-subscriber would report
+/// it with `eprintln!`, which panics when stderr fails too).
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 fn init_logging(level: &str, format: &str) {
     let level = match level.to_ascii_lowercase().as_str() {
         "trace" => tracing::Level::TRACE,
@@ -130,7 +160,7 @@ fn init_logging(level: &str, format: &str) {
     };
     let builder = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(false);
     if format == "json" {
         builder.json().init();

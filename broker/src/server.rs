@@ -36,6 +36,9 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         .map_err(|e| format!("invalid --broker.zone / --broker.id: {e}"))?;
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating --data-dir {}: {e}", cfg.data_dir.display()))?;
+    // Held until the process exits (the kernel drops both, also on kill -9).
+    let _data_dir_lock = crate::guards::lock_data_dir(&cfg.data_dir)?;
+    let _port_claim = crate::guards::claim_port(&cfg.bind, cfg.port)?;
 
     let member_id =
         crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
@@ -160,7 +163,13 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("starting executor {index}: {e}"))?;
         handles.push(handle);
     }
-    tracing::info!(cores, %endpoint, "courant serving");
+    tracing::info!(
+        cores,
+        %endpoint,
+        listen = %format!("{}:{}", cfg.bind, cfg.port),
+        data_dir = %cfg.data_dir.display(),
+        "courant serving"
+    );
     for h in handles {
         h.join().map_err(|e| format!("executor failed: {e}"))?;
     }

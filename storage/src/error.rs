@@ -15,8 +15,7 @@ pub enum StorageError {
         #[source]
         source: std::io::Error,
     },
-    /// An earlier write, commit or sync failed, so the spool's on-disk state
-    /// is unknown. Every later call fails with this; the owner must drop the
+    /// An earlier sync failed, so the spool's durability is unknown. Every later call fails with this; the owner must drop the
     /// spool and reopen (recover) it from disk.
     #[error("spool of {journal} is poisoned by an earlier failure: {cause}")]
     Poisoned { journal: String, cause: String },
@@ -44,11 +43,63 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// The error as a client may see it: without server paths (e.g. `spool: writing
+    /// content: No space left on device`).
+    pub fn client_message(&self) -> String {
+        match self {
+            // The source's own text may name the path too (glommio's errors do).
+            StorageError::Io { op, source, .. } => match source.raw_os_error() {
+                Some(code) => format!(
+                    "{op} a spool file: {}",
+                    std::io::Error::from_raw_os_error(code)
+                ),
+                None => format!("{op} a spool file: {}", source.kind()),
+            },
+            StorageError::Poisoned { journal, .. } => {
+                format!("spool of {journal} is poisoned by an earlier failure")
+            }
+            StorageError::JournalMismatch { journal, .. } => {
+                format!("the spool directory of {journal:?} belongs to another journal")
+            }
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StorageError::Io {
             op,
             path: path.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StorageError;
+
+    #[test]
+    fn client_messages_name_no_server_path() {
+        let io = StorageError::io(
+            "writing",
+            "/srv/secret/data/0000.spool",
+            std::io::ErrorKind::StorageFull.into(),
+        );
+        assert!(io.to_string().contains("/srv/secret"));
+        let msg = io.client_message();
+        assert!(!msg.contains("/srv") && msg.contains("writing"), "{msg}");
+        let wrapped = StorageError::io(
+            "writing",
+            "/srv/secret/x",
+            std::io::Error::new(std::io::ErrorKind::StorageFull, "at /srv/secret/x"),
+        );
+        let msg = wrapped.client_message();
+        assert!(!msg.contains("/srv") && msg.contains("storage"), "{msg}");
+        let mismatch = StorageError::JournalMismatch {
+            dir: "/srv/secret".into(),
+            journal: "a/b".into(),
+            found: "c/d".into(),
+        };
+        assert!(!mismatch.client_message().contains("/srv"));
     }
 }

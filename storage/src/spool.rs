@@ -18,8 +18,15 @@
 //!    Then the pending SHA-1, end and registers are adopted.
 //! 3. `sync` (optional, not part of `commit`): `fdatasync` of the content
 //!    file and the log, and `fsync` of the directories whose entries changed.
-//!    Only this survives power loss. No fsync is ever retried: a failed write
-//!    or sync poisons the spool.
+//!    Only this survives power loss. No fsync is ever retried: a failed sync
+//!    poisons the spool.
+//!
+//! A failed content write or commit (a full disk) fails that call only: the
+//! committed fragment, the pending content before the call and the sums are
+//! unchanged, bytes the failed call may have left in the files lie past what
+//! any reader or recovery sees (a torn commit record is cut from the log
+//! before the next record), and the next call tries again, so appends resume
+//! by themselves once space is back.
 //!
 //! # Files
 //!
@@ -87,7 +94,21 @@ pub struct Spool {
     written_len: u64,
     /// Whether directory entries were created since the last `sync`.
     dirs_dirty: bool,
+    /// A commit record may have been partly written past `commits_len`: cut the log back
+    /// to `commits_len` before the next record.
+    log_tail_dirty: bool,
     poisoned: Option<String>,
+    /// Test builds: the next content write or commit fails after writing half its bytes.
+    #[cfg(test)]
+    fail_next: Option<FailNext>,
+}
+
+/// An injected failure (test builds).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FailNext {
+    Write,
+    Commit,
 }
 
 /// The directory holding `journal`'s spools under `root`.
@@ -189,7 +210,10 @@ impl Spool {
             pending_sum: Summer::new(),
             written_len: 0,
             dirs_dirty: true,
+            log_tail_dirty: false,
             poisoned: None,
+            #[cfg(test)]
+            fail_next: None,
         }
     }
 
@@ -211,7 +235,10 @@ impl Spool {
             committed_sum: r.sum,
             written_len,
             dirs_dirty: true,
+            log_tail_dirty: false,
             poisoned: None,
+            #[cfg(test)]
+            fail_next: None,
         }
     }
 
@@ -281,15 +308,31 @@ impl Spool {
         }
         let pos = self.content_len() + self.delta as u64;
         let file = self.file.clone();
+        #[cfg(test)]
+        let fail = self.fail_next.take_if(|f| *f == FailNext::Write).is_some();
+        #[cfg(not(test))]
+        let fail = false;
         let result = async {
             let handle = file.get_or_create().await?;
+            if fail {
+                let half = content.get(..content.len() / 2).unwrap_or_default();
+                write_all(handle, half, pos)
+                    .await
+                    .and_then(|()| Err(std::io::Error::from(std::io::ErrorKind::StorageFull)))
+                    .map_err(|e| StorageError::io("writing", file.path(), e))?;
+            }
             write_all(handle, content, pos)
                 .await
                 .map_err(|e| StorageError::io("writing", file.path(), e))
         }
         .await;
         if let Err(e) = result {
-            return Err(self.poison(e));
+            // Nothing is adopted: the next write goes to the same position, over whatever
+            // part of this one reached the file, and a completed fragment is cut to its end.
+            self.written_len = self.written_len.max(pos + content.len() as u64);
+            tracing::warn!(journal = %self.fragment.journal, error = %e,
+                "spool write failed; the append is refused, the spool stays usable");
+            return Err(e);
         }
         self.dirs_dirty |= pos == 0;
         match also {
@@ -316,7 +359,8 @@ impl Spool {
         let now = SystemTime::now();
 
         let mut buf = Vec::with_capacity(64);
-        if self.commits.is_none() {
+        // Also when a first commit's write failed after creating the log.
+        if self.commits_len == 0 {
             record::encode_header(self.fragment.compression_codec, &mut buf);
         }
         let changed = self.logged_registers.as_ref() != Some(&registers);
@@ -329,7 +373,9 @@ impl Spool {
             &mut buf,
         );
         if let Err(e) = self.append_log(&buf).await {
-            return Err(self.poison(e));
+            tracing::warn!(journal = %self.fragment.journal, error = %e,
+                "spool commit failed; the append is refused, the spool stays usable");
+            return Err(e);
         }
 
         if self.delta > 0 && self.first_append_time.is_none() {
@@ -528,6 +574,16 @@ impl Spool {
     }
 
     async fn append_log(&mut self, buf: &[u8]) -> Result<(), StorageError> {
+        if self.log_tail_dirty
+            && let Some(log) = &self.commits
+        {
+            // A failed append may have left part of a record: cut it, so that the log
+            // never holds a torn record before an intact one.
+            log.truncate(self.commits_len)
+                .await
+                .map_err(|e| StorageError::io("truncating", self.file.commits_path(), e.into()))?;
+            self.log_tail_dirty = false;
+        }
         if self.commits.is_none() {
             let path = self.file.commits_path();
             let log = open_rw(path, true)
@@ -538,9 +594,25 @@ impl Spool {
             self.dirs_dirty = true;
         }
         let log = self.commits.as_ref().expect("created above");
-        write_all(log, buf, self.commits_len)
-            .await
-            .map_err(|e| StorageError::io("appending to", self.file.commits_path(), e))?;
+        #[cfg(test)]
+        if self.fail_next.take_if(|f| *f == FailNext::Commit).is_some() {
+            let half = buf.get(..buf.len() / 2).unwrap_or_default();
+            let _ = write_all(log, half, self.commits_len).await;
+            self.log_tail_dirty = true;
+            return Err(StorageError::io(
+                "appending to",
+                self.file.commits_path(),
+                std::io::Error::from(std::io::ErrorKind::StorageFull),
+            ));
+        }
+        if let Err(e) = write_all(log, buf, self.commits_len).await {
+            self.log_tail_dirty = true;
+            return Err(StorageError::io(
+                "appending to",
+                self.file.commits_path(),
+                e,
+            ));
+        }
         self.commits_len += buf.len() as u64;
         Ok(())
     }
@@ -576,7 +648,14 @@ impl Spool {
         })
     }
 
-    /// Marks the spool failed, as a failed write would.
+    /// Makes the next content write or commit fail with ENOSPC after writing half of its
+    /// bytes, as on a full disk.
+    #[cfg(test)]
+    pub(crate) fn fail_next(&mut self, what: FailNext) {
+        self.fail_next = Some(what);
+    }
+
+    /// Marks the spool failed, as a failed sync would.
     #[cfg(test)]
     pub(crate) fn poison_for_test(&mut self) {
         let e = StorageError::io("testing", &self.dir, std::io::ErrorKind::Other.into());
@@ -1270,6 +1349,61 @@ mod tests {
                     "{result:?}"
                 );
             }
+        });
+    }
+
+    /// A full disk: a content write and a commit that fail halfway refuse that append only;
+    /// the committed fragment is untouched, nothing half-written is ever read or
+    /// recovered, and the spool takes the next append without being reopened.
+    #[test]
+    fn failed_writes_and_commits_leave_the_spool_usable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        run(|| async move {
+            let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            // The very first commit fails after creating the log.
+            spool.write(&b("hello")).await.unwrap();
+            spool.fail_next(FailNext::Commit);
+            assert!(spool.commit(LabelSet::default()).await.is_err());
+            spool.rollback();
+            assert_eq!(spool.fragment().end, 0);
+            spool.write(&b("hello")).await.unwrap();
+            let first = spool.commit(LabelSet::default()).await.unwrap();
+            assert_eq!(first.end, 5);
+
+            // A content write fails halfway: nothing changes.
+            spool.fail_next(FailNext::Write);
+            let err = spool.write(&b("garbage!")).await.unwrap_err();
+            assert!(err.to_string().contains("writing"), "{err}");
+            assert_eq!(spool.fragment(), &first);
+            assert_eq!(spool.delta(), 0);
+            spool.rollback();
+            spool.write(&b(" world")).await.unwrap();
+            let second = spool.commit(LabelSet::default()).await.unwrap();
+            assert_eq!(second.sum, Some(sum_of_bytes(b"hello world")));
+
+            // A commit fails halfway through its record: the append is rolled back.
+            spool.write(&b(" lost")).await.unwrap();
+            spool.fail_next(FailNext::Commit);
+            assert!(spool.commit(labels(&[("a", "b")])).await.is_err());
+            assert_eq!(spool.fragment(), &second);
+            spool.rollback();
+            assert_eq!(
+                read_all(&spool.file(), spool.fragment()).await,
+                b"hello world"
+            );
+            spool.write(&b("!")).await.unwrap();
+            let third = spool.commit(labels(&[("c", "d")])).await.unwrap();
+            assert_eq!(third.sum, Some(sum_of_bytes(b"hello world!")));
+            assert_eq!(read_all(&spool.file(), &third).await, b"hello world!");
+            drop(spool);
+
+            // Recovery finds exactly the committed appends and registers.
+            let (spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+            assert!(completed.is_empty());
+            assert_eq!(spool.fragment(), &third);
+            assert_eq!(spool.registers(), &labels(&[("c", "d")]));
+            assert_eq!(read_all(&spool.file(), &third).await, b"hello world!");
         });
     }
 

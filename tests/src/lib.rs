@@ -23,6 +23,7 @@ pub use protocol;
 
 mod checks;
 pub mod etcd_env;
+pub mod faults;
 mod harness;
 mod messages;
 mod raw;

@@ -297,3 +297,120 @@ async fn etcd_member_apply_assign_append_read() {
         "the member key is deleted with the broker's lease"
     );
 }
+
+/// Appends until the journal is assigned and the append is OK (at most 20 s).
+async fn append_when_assigned(ch: &Channel, journal: &str, data: &[u8], broker: &Broker) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let resp = append_at(ch, journal, data, 0).await;
+        if resp.status == Status::Ok as i32 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "append to {journal}: {resp:?}\n{}",
+            broker.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// etcd compacts the revision a broker's keyspace watch must resume from (the watch broke
+/// in a network outage, and the keyspace moved on and was compacted meanwhile): the broker
+/// reloads the keyspace and goes on in place, as Gazette's does; it neither exits nor
+/// drops the journals it serves (a blocked read stays open and gets the next append).
+#[tokio::test]
+async fn etcd_compacted_watch_reloads_in_place() {
+    let Some(url) = etcd_url() else { return };
+    let prefix = unique_prefix("compact");
+    let upstream = url.trim_start_matches("http://").trim_end_matches('/');
+    let proxy = courant_tests::faults::CutProxy::start(upstream).await;
+    let via_proxy = format!("http://127.0.0.1:{}", proxy.port());
+    let mut broker = Broker::start(&[
+        "--etcd.address",
+        &via_proxy,
+        "--etcd.prefix",
+        &prefix,
+        "--etcd.lease",
+        "20s",
+        "--broker.zone",
+        ZONE,
+        "--broker.id",
+        "courant-compact-test",
+        "--tpc.cores",
+        "1",
+    ])
+    .await;
+    let ch = broker.connect().await;
+    create_journals(&ch, &["compact/a"]).await;
+    append_when_assigned(&ch, "compact/a", b"before\n", &broker).await;
+
+    // A blocked read at the write head, served across the reload.
+    let mut reading = read_streamed(
+        &ch,
+        &protocol::ReadRequest {
+            journal: "compact/a".into(),
+            offset: 7,
+            block: true,
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // The outage: the keyspace moves on in etcd and is compacted past the watch.
+    proxy.cut();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut rev = 0;
+    for i in 0..5 {
+        rev = etcd_put(&url, &format!("/courant-test-noise/{i}"), b"noise").await;
+    }
+    let compacted = etcd_post(
+        &url,
+        "/v3/kv/compaction",
+        json!({"revision": rev, "physical": true}),
+    )
+    .await;
+    assert!(compacted.get("header").is_some(), "{compacted}");
+    let cut_at = std::time::Instant::now();
+    proxy.restore();
+
+    // The broker reloads, keeps running, and takes keyspace changes again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !broker.stderr().contains("reloaded the keyspace") {
+        assert!(
+            broker.is_running(),
+            "the broker exited on a compacted watch:\n{}",
+            broker.stderr()
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload:\n{}",
+            broker.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "keyspace reloaded {:?} after the outage ended",
+        cut_at.elapsed()
+    );
+    let ch = broker.connect().await;
+    create_journals(&ch, &["compact/b"]).await;
+    append_when_assigned(&ch, "compact/b", b"new\n", &broker).await;
+    append_when_assigned(&ch, "compact/a", b"after\n", &broker).await;
+    eprintln!("served again {:?} after the outage ended", cut_at.elapsed());
+    assert!(broker.is_running());
+    assert_eq!(read_content(&ch, "compact/a").await, b"before\nafter\n");
+
+    // The read opened before the outage was never dropped: it gets the new append.
+    let mut got = Vec::new();
+    while got.len() < 6 {
+        let msg = reading
+            .next_within(std::time::Duration::from_secs(10))
+            .await
+            .expect("the blocked read delivers the next append")
+            .expect("the blocked read is still open")
+            .expect("not ended");
+        got.extend_from_slice(&msg.content);
+    }
+    assert_eq!(got, b"after\n");
+}

@@ -905,7 +905,7 @@ fn print_config_merges_flags_env_and_defaults() {
     assert!(text.contains("\nport = 9999\n"), "{text}");
     assert!(text.contains("\nzone = zone-from-env\n"), "{text}");
     assert!(
-        text.contains("[log]\nlevel = warn\nformat = text\n"),
+        text.contains("[log]\nlevel = info\nformat = text\n"),
         "{text}"
     );
     let etcd = text.split("[etcd]\n").nth(1).expect("an [etcd] section");

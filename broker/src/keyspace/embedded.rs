@@ -13,7 +13,10 @@
 //! ```
 //!
 //! On open the log is replayed; a torn or corrupt tail (a record cut by a crash) is
-//! truncated away. Such a record was never acknowledged.
+//! truncated away. Such a record was never acknowledged. A record whose write or sync fails
+//! (a full disk) is cut from the log at once (or before the next record, if that cut fails
+//! too): the Apply is refused, and no later record lands behind a torn one, where replay
+//! would never reach it.
 
 use super::{Backend, Compare, KeyValue, Op, Snapshot, TxnOutcome, decode_items};
 use bytes::Bytes;
@@ -26,7 +29,14 @@ use std::sync::Arc;
 pub struct Embedded {
     root: String,
     log: File,
+    /// Length of the log's intact records: where the next record goes.
+    log_len: u64,
+    /// A failed record may lie past `log_len`: cut it before writing the next one.
+    log_dirty: bool,
     snapshot: Arc<Snapshot>,
+    /// Test builds: the next record's write fails after writing half of it.
+    #[cfg(test)]
+    fail_next_write: bool,
 }
 
 const PUT: u8 = 1;
@@ -63,19 +73,25 @@ impl Embedded {
                 .and_then(|()| log.sync_data())
                 .map_err(|e| format!("truncating {}: {e}", path.display()))?;
         }
+        let journals = decode_items(root, &keys);
+        warn_single_copy(journals.values(), "at start");
         let snapshot = Arc::new(Snapshot {
             revision,
             cluster_id,
             member_id,
             raft_term: 1,
-            journals: decode_items(root, &keys),
+            journals,
             keys,
             ..Default::default()
         });
         Ok(Embedded {
             root: root.to_string(),
             log,
+            log_len: valid as u64,
+            log_dirty: false,
             snapshot,
+            #[cfg(test)]
+            fail_next_write: false,
         })
     }
 }
@@ -86,7 +102,7 @@ impl Backend for Embedded {
     }
 
     fn txn(&mut self, compares: &[Compare], ops: &[Op]) -> Result<TxnOutcome, String> {
-        let cur = &self.snapshot;
+        let cur = self.snapshot.clone();
         let holds = compares.iter().all(|c| {
             let rev = cur.keys.get(&c.key).map(|kv| kv.mod_revision).unwrap_or(0);
             rev == c.mod_revision
@@ -105,23 +121,71 @@ impl Backend for Embedded {
         }
         let revision = cur.revision + 1;
         let record = encode_record(revision, ops);
-        self.log
-            .write_all(&record)
-            .and_then(|()| self.log.sync_data())
-            .map_err(|e| format!("writing the keyspace log: {e}"))?;
+        if self.log_dirty {
+            self.log
+                .set_len(self.log_len)
+                .map_err(|e| format!("cutting a failed record from the keyspace log: {e}"))?;
+            self.log_dirty = false;
+        }
+        if let Err(e) = self.write_record(&record) {
+            // Cut what reached the file (also a complete record whose sync failed: it was
+            // not acknowledged, and the next record takes its revision).
+            self.log_dirty = self.log.set_len(self.log_len).is_err();
+            tracing::warn!(error = %e, "writing the keyspace log failed; the change is refused");
+            return Err(format!("writing the keyspace log: {e}"));
+        }
+        self.log_len += record.len() as u64;
 
         let mut keys = cur.keys.clone();
         apply_ops(&mut keys, revision, ops);
+        let journals = decode_items(&self.root, &keys);
+        warn_single_copy(
+            journals
+                .values()
+                .filter(|item| item.mod_revision == revision),
+            "applied",
+        );
         self.snapshot = Arc::new(Snapshot {
             revision,
-            journals: decode_items(&self.root, &keys),
+            journals,
             keys,
-            ..(**cur).clone()
+            ..(*cur).clone()
         });
         Ok(TxnOutcome {
             succeeded: true,
             revision,
         })
+    }
+}
+
+/// The embedded keyspace has one broker: a journal wanting more than one replica gets one
+/// copy of every append, which an operator must hear about (Gazette would refuse the
+/// appends with INSUFFICIENT_JOURNAL_BROKERS until enough brokers join).
+fn warn_single_copy<'a>(journals: impl Iterator<Item = &'a super::JournalItem>, when: &str) {
+    for item in journals {
+        let wanted = item.spec.replication;
+        if wanted > 1 {
+            tracing::warn!(
+                journal = %item.spec.name,
+                replication = wanted,
+                when,
+                "journal wants {wanted} replicas but this broker runs alone (embedded \
+                 keyspace, no --etcd.address): its appends are acknowledged with 1 copy"
+            );
+        }
+    }
+}
+
+impl Embedded {
+    fn write_record(&mut self, record: &[u8]) -> std::io::Result<()> {
+        #[cfg(test)]
+        if std::mem::take(&mut self.fail_next_write) {
+            self.log
+                .write_all(record.get(..record.len() / 2).unwrap_or_default())?;
+            return Err(std::io::ErrorKind::StorageFull.into());
+        }
+        self.log.write_all(record)?;
+        self.log.sync_data()
     }
 }
 
@@ -343,6 +407,28 @@ mod tests {
         let out = ks.txn(&[], &[Op::Delete { key: "a".into() }]).unwrap();
         assert_eq!(out.revision, 4);
         assert!(!ks.snapshot().keys.contains_key("a"));
+    }
+
+    /// A full disk: the refused change leaves nothing behind, and changes acknowledged after
+    /// it survive a reopen (replay would stop at a torn record left in the middle).
+    #[test]
+    fn a_failed_write_is_refused_and_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ks = Embedded::open(dir.path(), "/root", 7).unwrap();
+        ks.txn(&[], &[put("a", "1")]).unwrap();
+        ks.fail_next_write = true;
+        let err = ks.txn(&[], &[put("lost", "x")]).unwrap_err();
+        assert!(err.contains("keyspace log"), "{err}");
+        assert_eq!(ks.snapshot().revision, 2);
+        assert!(!ks.snapshot().keys.contains_key("lost"));
+        let out = ks.txn(&[], &[put("b", "2")]).unwrap();
+        assert_eq!(out.revision, 3);
+        drop(ks);
+        let ks = Embedded::open(dir.path(), "/root", 7).unwrap();
+        let snap = ks.snapshot();
+        assert_eq!(snap.revision, 3);
+        assert_eq!(&snap.keys["b"].value[..], b"2");
+        assert!(!snap.keys.contains_key("lost"));
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! [`Etcd::serve`] then watches the prefix from revision + 1, keeps the lease alive, runs
 //! transactions for cores and revokes the lease at the shutdown's closing stage.
 //!
+//! A watch that etcd cancels because its start revision was compacted away (the watch had
+//! to restart after a broken stream, and etcd compacted meanwhile) is answered as Gazette's
+//! keyspace does: the whole prefix is loaded again at etcd's current revision, the snapshot
+//! replaced (journals that did not change are served on, untouched), and a new watch
+//! started past it; no exit.
+//!
 //! Revision rule (spec §11 item 3, Gazette's `keyspace.KeySpace`): the snapshot's
 //! `revision` is the load revision at start, then the ModRevision of the last applied watch
 //! event under the prefix. Progress notifications advance only the resume revision of the
@@ -200,30 +206,7 @@ impl Etcd {
             tokio::time::sleep(wait).await;
         };
 
-        let resp = client
-            .get(
-                cfg.root.clone(),
-                Some(GetOptions::new().with_prefix().with_revision(announce_rev)),
-            )
-            .await
-            .map_err(err("load"))?;
-        let header = resp.header().ok_or("etcd load: response without header")?;
-        let mut keys = BTreeMap::new();
-        for kv in resp.kvs() {
-            let Ok(name) = kv.key_str() else {
-                tracing::warn!(key = ?kv.key(), "skipping a non-UTF-8 etcd key");
-                continue;
-            };
-            keys.insert(name.to_string(), key_value(kv));
-        }
-        let snapshot = build(
-            &cfg.root,
-            keys,
-            announce_rev,
-            header.cluster_id(),
-            header.member_id(),
-            header.raft_term(),
-        );
+        let snapshot = load(&mut client, &cfg.root, Some(announce_rev)).await?;
         tracing::info!(
             %key, lease, revision = announce_rev, keys = snapshot.keys.len(),
             "announced to etcd and loaded the keyspace"
@@ -340,6 +323,34 @@ impl Etcd {
                 .any(|a| a.zone == id.zone && a.suffix == id.suffix)
     }
 
+    /// Loads the whole prefix again at etcd's current revision (after a compacted watch)
+    /// and resumes watching past it. The revision never goes back: etcd's current one is
+    /// past the compaction, which is past everything this broker applied.
+    async fn reload(&mut self) -> Result<(), String> {
+        let fresh = load(&mut self.client, &self.root, None).await?;
+        if fresh.cluster_id != self.snapshot.cluster_id {
+            return Err(format!(
+                "etcd cluster id changed ({} vs {})",
+                fresh.cluster_id, self.snapshot.cluster_id
+            ));
+        }
+        if fresh.revision < self.snapshot.revision {
+            return Err(format!(
+                "etcd reload at revision {} is before the keyspace revision {}",
+                fresh.revision, self.snapshot.revision
+            ));
+        }
+        tracing::warn!(
+            from = self.snapshot.revision,
+            to = fresh.revision,
+            keys = fresh.keys.len(),
+            "reloaded the keyspace after etcd compacted the watch's revision"
+        );
+        self.resume = fresh.revision + 1;
+        self.snapshot = Arc::new(fresh);
+        Ok(())
+    }
+
     async fn watch(&mut self) -> Result<WatchStream, String> {
         let opts = WatchOptions::new()
             .with_prefix()
@@ -353,6 +364,9 @@ impl Etcd {
 
     /// Applies one watch response. Returns whether the snapshot changed.
     fn apply(&mut self, resp: &WatchResponse) -> Result<bool, String> {
+        if resp.canceled() && resp.compact_revision() > 0 {
+            return Err(COMPACTED.to_string());
+        }
         if resp.canceled() {
             return Err(format!(
                 "etcd cancelled the keyspace watch (compact revision {}): {}",
@@ -444,6 +458,8 @@ impl Etcd {
         let mut pending: Vec<(TxnOutcome, Reply)> = Vec::new();
         let mut stream: Option<WatchStream> = None;
         let mut attempt = 0u32;
+        // The watch's revision was compacted: load the keyspace again before re-watching.
+        let mut reload = false;
         let (mut keeper, mut keep_alive) = match self.client.lease_keep_alive(self.lease).await {
             Ok(pair) => pair,
             Err(e) => fatal(&format!("etcd lease keep-alive: {e}")),
@@ -463,6 +479,26 @@ impl Etcd {
                     tokio::time::sleep(backoff).await;
                 }
                 attempt += 1;
+                if reload {
+                    match self.reload().await {
+                        Ok(()) => {
+                            reload = false;
+                            watch_tx.send_replace(self.snapshot());
+                            if exiting && !self.holds_assignments() {
+                                crate::shutdown::set_drained();
+                            }
+                            // Every acknowledged txn is at or below etcd's current revision.
+                            let rev = self.snapshot.revision;
+                            for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
+                                let _ = reply.send(Ok(o));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(%e, attempt, "reloading the etcd keyspace failed (will retry)");
+                            continue;
+                        }
+                    }
+                }
                 match self.watch().await {
                     Ok(s) => stream = Some(s),
                     Err(e) => {
@@ -500,6 +536,12 @@ impl Etcd {
                             }
                         }
                         Ok(false) => {}
+                        Err(e) if e == COMPACTED => {
+                            tracing::warn!(resume = self.resume, compacted = resp.compact_revision(),
+                                "etcd compacted the keyspace watch's revision; reloading");
+                            stream = None;
+                            reload = true;
+                        }
                         Err(e) => fatal(&e),
                     },
                     Ok(None) => {
@@ -556,6 +598,38 @@ impl Etcd {
             }
         }
     }
+}
+
+/// [`Etcd::apply`]'s error for a watch cancelled by compaction (handled by a reload).
+const COMPACTED: &str = "etcd compacted the watch's start revision";
+
+/// Loads every key under `root`, at `revision` (None: etcd's current one).
+async fn load(client: &mut Client, root: &str, revision: Option<i64>) -> Result<Snapshot, String> {
+    let mut opts = GetOptions::new().with_prefix();
+    if let Some(rev) = revision {
+        opts = opts.with_revision(rev);
+    }
+    let resp = client
+        .get(root.to_string(), Some(opts))
+        .await
+        .map_err(err("load"))?;
+    let header = resp.header().ok_or("etcd load: response without header")?;
+    let mut keys = BTreeMap::new();
+    for kv in resp.kvs() {
+        let Ok(name) = kv.key_str() else {
+            tracing::warn!(key = ?kv.key(), "skipping a non-UTF-8 etcd key");
+            continue;
+        };
+        keys.insert(name.to_string(), key_value(kv));
+    }
+    Ok(build(
+        root,
+        keys,
+        revision.unwrap_or(header.revision()),
+        header.cluster_id(),
+        header.member_id(),
+        header.raft_term(),
+    ))
 }
 
 /// Losing the lease or the keyspace's consistency ends the process, as in Gazette.

@@ -2,9 +2,11 @@
 //! file store lays them out (`<root><prefix><journal>/<postfix>/<name>`).
 //!
 //! Lives on: the control thread; every filesystem call runs on tokio's blocking pool.
-//! Uploads write a temporary `.partial-<name>.<random>` beside the target, fsync it, then
-//! rename it into place and fsync the directory: the broker removes its local copy of a
-//! fragment only after `put` returns, so the rename must be durable. As in Gazette, the
+//! Uploads write a temporary `.partial-<name>.<host>-<pid>.<random>` beside the target,
+//! fsync it, then rename it into place and fsync the directory: the broker removes its local
+//! copy of a fragment only after `put` returns, so the rename must be durable. Listings never
+//! return temporary files, and remove those no live upload can own (see [`stale_partial`]):
+//! a broker killed mid-upload leaves them behind. As in Gazette, the
 //! store's base directory (`root` + prefix) must exist; its subdirectories are created.
 //! The "signed URL" is `file://<prefix><path>`, which Gazette clients read through a file
 //! transport rooted at the same directory.
@@ -18,6 +20,13 @@ use std::time::{Duration, UNIX_EPOCH};
 
 /// Bytes per chunk of a `get` stream.
 const GET_CHUNK: usize = 256 << 10;
+
+/// Name prefix of an upload's temporary file.
+const PARTIAL_PREFIX: &str = ".partial-";
+
+/// Age (since its last write) after which a temporary file whose owner cannot be checked
+/// is taken for abandoned: an upload writes its file continuously and then renames it.
+const PARTIAL_STALE_AFTER: Duration = Duration::from_secs(600);
 
 pub struct FileStore {
     root: PathBuf,
@@ -176,6 +185,21 @@ fn list_dir(dir: &Path) -> StoreResult<Vec<ObjectInfo>> {
                 pending.push(path);
                 continue;
             }
+            if let Some(name) = path.file_name().and_then(|n| n.to_str())
+                && name.starts_with(PARTIAL_PREFIX)
+            {
+                // Never a fragment: skipped quietly, and removed once no upload owns it.
+                if stale_partial(name, &meta) {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => tracing::info!(path = %path.display(),
+                            "removed an abandoned partial upload"),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => tracing::warn!(path = %path.display(), error = %e,
+                            "removing an abandoned partial upload"),
+                    }
+                }
+                continue;
+            }
             let Ok(rel) = path.strip_prefix(dir) else {
                 continue;
             };
@@ -209,7 +233,11 @@ fn put_file(base: &Path, target: &Path, source: PutSource) -> StoreResult<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let temp = dir.join(format!(".partial-{name}.{:016x}", rand::random::<u64>()));
+    let temp = dir.join(format!(
+        "{PARTIAL_PREFIX}{name}.{}.{:016x}",
+        owner_tag(),
+        rand::random::<u64>()
+    ));
     let written = (|| {
         let mut out = std::fs::File::create(&temp).map_err(|e| io_err("creating", &temp, e))?;
         match source {
@@ -238,6 +266,66 @@ fn put_file(base: &Path, target: &Path, source: PutSource) -> StoreResult<()> {
         let _ = std::fs::remove_file(&temp);
     }
     written
+}
+
+/// `<host>-<pid>` of this process, as written into its temporary files' names.
+fn owner_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| format!("{}-{}", host_name(), std::process::id()))
+}
+
+/// The OS hostname, reduced to characters safe in a file name (no `.` or `-`, which
+/// separate the parts of a temporary file's name).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let raw = if rc == 0 {
+        String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned()
+    } else {
+        String::new()
+    };
+    raw.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Whether the temporary upload file `name` can be removed: its owner (named in it) is a
+/// process of this host that no longer runs (a broker killed mid-upload), or nothing has
+/// written it for [`PARTIAL_STALE_AFTER`] (files of other hosts sharing the store, of
+/// older versions without an owner in the name, or whose owner's PID was reused). Files
+/// of this process are uploads in flight until the age rule says otherwise.
+fn stale_partial(name: &str, meta: &std::fs::Metadata) -> bool {
+    let old = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > PARTIAL_STALE_AFTER);
+    if old {
+        return true;
+    }
+    let Some((host, pid)) = partial_owner(name) else {
+        return false;
+    };
+    if host != host_name() || pid <= 0 || pid as u32 == std::process::id() {
+        return false;
+    }
+    // SAFETY: signal 0 only checks whether the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The host and PID named in a temporary file's name, if it names them.
+fn partial_owner(name: &str) -> Option<(&str, i32)> {
+    let rest = name.strip_prefix(PARTIAL_PREFIX)?;
+    let (rest, random) = rest.rsplit_once('.')?;
+    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (_, owner) = rest.rsplit_once('.')?;
+    let (host, pid) = owner.rsplit_once('-')?;
+    Some((host, pid.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -298,6 +386,50 @@ mod tests {
             // No temporary files are left behind.
             assert_eq!(store.list("j/").await.unwrap().len(), 1);
         });
+    }
+
+    #[test]
+    fn partial_uploads_are_never_listed_and_abandoned_ones_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("j")).unwrap();
+        let store = FileStore::new(dir.path(), "/");
+        let frag = "0000000000000000-0000000000000010-0000000000000000000000000000000000000000.raw";
+        std::fs::write(dir.path().join("j").join(frag), b"0123456789abcdef").unwrap();
+        // A PID that certainly ran on this host and has exited.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let host = host_name();
+        let name = |owner: &str| format!(".partial-{frag}.{owner}.00000000deadbeef");
+        let dead = name(&format!("{host}-{dead_pid}"));
+        let ours = name(owner_tag());
+        let other_host = name(&format!("elsewhere-{dead_pid}"));
+        let untagged = format!(".partial-{frag}.00000000deadbeef");
+        let untagged_old = format!(".partial-{frag}.00000000cafef00d");
+        for n in [&dead, &ours, &other_host, &untagged, &untagged_old] {
+            std::fs::write(dir.path().join("j").join(n), b"partial").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - PARTIAL_STALE_AFTER * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(dir.path().join("j").join(&untagged_old))
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+
+        let listed = rt().block_on(store.list("j/")).unwrap();
+        let paths: Vec<_> = listed.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(paths, vec![frag]);
+        let left = |n: &str| dir.path().join("j").join(n).exists();
+        assert!(!left(&dead), "a dead owner's upload is removed");
+        assert!(!left(&untagged_old), "an old untagged upload is removed");
+        assert!(left(&ours), "our own upload may be in flight");
+        assert!(left(&other_host), "another host's upload may be in flight");
+        assert!(left(&untagged), "a fresh untagged upload may be in flight");
+        let me = (host.as_str(), std::process::id() as i32);
+        assert_eq!(partial_owner(&ours), Some(me));
+        assert_eq!(partial_owner(&untagged), None);
+        assert_eq!(partial_owner("x.raw"), None);
     }
 
     #[test]
