@@ -125,16 +125,18 @@ async fn a_bad_config_file_value_names_the_file_and_line() {
         std::fs::remove_file(&ini).unwrap();
         std::fs::write(
             dir.path().join("gazette.ini"),
-            "[broker]\nwatch-delay = 30ms\nzone = g\n",
+            "[broker]\nnot-a-courant-option = 1\nwatch-delay = 45ms\nzone = g\n",
         )
         .unwrap();
         let (ok, out) = print_config(dir.path(), &[]).await;
         assert!(ok, "{out}");
         assert!(
-            out.contains("warning") && out.contains("watch-delay"),
+            out.contains("warning") && out.contains("not-a-courant-option"),
             "{out}"
         );
         assert!(out.contains("zone = g"), "{out}");
+        // Gazette's --broker.watch-delay is Courant's too (issue 14): read, not warned about.
+        assert!(out.contains("watch-delay = 45ms"), "{out}");
     })
     .await
 }
