@@ -215,7 +215,7 @@ mod tests {
     fn a_chunk_naming_a_journal_is_not_content() {
         let chunk = AppendRequest {
             journal: "a/journal".into(),
-            ..content(b"x")
+            ..content(b"")
         };
         assert_eq!(
             on_chunk(false, &chunk, true),
