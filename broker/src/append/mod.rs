@@ -17,6 +17,8 @@ mod stream;
 mod sync;
 mod validate;
 
+// The simulation (test builds) proposes rolls as the append does.
+#[allow(unused_imports)]
 pub(crate) use sync::empty_at;
 
 use crate::call::{CallIn, CallOut};
@@ -175,6 +177,10 @@ impl Driver<'_> {
             if next.is_terminal() {
                 return next;
             }
+            debug_assert!(
+                next.holds_spool() || matches!(next, State::Respond(_)),
+                "{next:?} reached without the spool's release"
+            );
             state = next;
         }
     }
