@@ -112,19 +112,7 @@ pub(super) fn committed_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn regs(pairs: &[(&str, &str)]) -> LabelSet {
-        LabelSet {
-            labels: pairs
-                .iter()
-                .map(|(n, v)| protocol::Label {
-                    name: (*n).into(),
-                    value: (*v).into(),
-                    prefix: false,
-                })
-                .collect(),
-        }
-    }
+    use crate::append::validate::tests::regs;
 
     #[test]
     fn registers_are_subtracted_then_unioned() {

@@ -299,7 +299,7 @@ pub(super) mod tests {
         }
     }
 
-    fn regs(pairs: &[(&str, &str)]) -> LabelSet {
+    pub fn regs(pairs: &[(&str, &str)]) -> LabelSet {
         LabelSet {
             labels: pairs
                 .iter()
