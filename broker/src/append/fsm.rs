@@ -4,6 +4,21 @@
 //! (an [`Effect`]). The driver in `mod.rs` performs each state's action and feeds the
 //! outcome back, so every transition is tested here without sockets or a `Core`.
 //!
+//! The main path (`*` repeats; any state may also fail, and the spool's holder releases):
+//!
+//! ```text
+//! Resolve ─▶ [ResumeSuspended] ─▶ AcquirePipeline ─▶ StartPipeline ─▶ [OpenPipeline]
+//!   ─▶ SyncPipeline* ─▶ UpdateAssignments ─▶ AwaitDesiredReplicas{primary} ─▶ AwaitIndex
+//!   ─▶ ValidatePreconditions ─▶ [UpdateSuspend] ─▶ RollSpool ─▶ StreamContent
+//!   ─▶ [AwaitCommit] ─▶ UpdateRegisters ─▶ Respond ─▶ Done
+//! Resolve ─▶ AwaitDesiredReplicas{not primary} ─▶ Proxy
+//! back to Resolve: the primacy moved (AcquirePipeline), a peer's later Route
+//!   (SyncPipeline), written assignments, too many members (AwaitDesiredReplicas)
+//! early replies: a resolution's status, too few members, an unhealthy store, a failed
+//!   precondition, SuspendFully, refused content, an empty append
+//! AwaitCommit failed ─▶ KeepProposed ─▶ Failed
+//! ```
+//!
 //! Lives on: the journal's owner core, as plain values owned by one append's driver.
 
 use super::validate::{self, Plan, Preconditions, Verdict};

@@ -38,6 +38,8 @@ use storage::spool::Spool;
 use stream::{Record, StreamCtx};
 use validate::{Preconditions, may_carry_content, may_write, suspend_of};
 
+/// Serves one Append call: `req` is its first message, `input` the rest of the client's
+/// stream and `out` the reply.
 pub async fn append(
     core: &Rc<Core>,
     req: AppendRequest,
