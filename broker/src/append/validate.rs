@@ -358,41 +358,38 @@ pub(super) mod tests {
         assert!(!registers_match(Some(&sel(&[("owner", "b")])), &journal));
     }
 
-    #[test]
-    fn a_mismatch_rejects_with_the_journals_registers_before_any_offset_check() {
+    /// Registers `owner=a` checked against `owner=b`, and the verdict that rejects them.
+    fn mismatch() -> (Preconditions, Verdict) {
         let p = Preconditions {
             registers: regs(&[("owner", "a")]),
             check_registers: Some(sel(&[("owner", "b")])),
-            offset: 999, // would be WRONG_APPEND_OFFSET
             ..writing()
         };
-        assert_eq!(
-            preconditions(&p),
-            Verdict::Reject {
-                status: Status::RegisterMismatch,
-                registers: Some(regs(&[("owner", "a")])),
-            }
-        );
+        let rejected = Verdict::Reject {
+            status: Status::RegisterMismatch,
+            registers: Some(regs(&[("owner", "a")])),
+        };
+        (p, rejected)
+    }
+
+    #[test]
+    fn a_mismatch_rejects_with_the_journals_registers_before_any_offset_check() {
+        let (p, rejected) = mismatch();
+        let p = Preconditions {
+            offset: 999, // would be WRONG_APPEND_OFFSET
+            ..p
+        };
+        assert_eq!(preconditions(&p), rejected);
     }
 
     #[test]
     fn the_skip_register_check_mutation_lets_a_mismatch_through() {
-        let p = Preconditions {
-            registers: regs(&[("owner", "a")]),
-            check_registers: Some(sel(&[("owner", "b")])),
-            ..writing()
-        };
+        let (p, rejected) = mismatch();
         crate::mutation::set(Some(Mutation::SkipRegisterCheck));
         let mutated = preconditions(&p);
         crate::mutation::set(None);
         assert_eq!(mutated, proceed(None, None, Status::Ok));
-        assert_eq!(
-            preconditions(&p),
-            Verdict::Reject {
-                status: Status::RegisterMismatch,
-                registers: Some(regs(&[("owner", "a")])),
-            }
-        );
+        assert_eq!(preconditions(&p), rejected);
     }
 
     // --- offsets ---
