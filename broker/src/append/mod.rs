@@ -114,6 +114,14 @@ fn resolution(res: &Option<Resolution>) -> &Resolution {
     res.as_ref().expect("the append resolves first")
 }
 
+/// The resolved journal's spec (every state after an OK resolution has one).
+fn spec_of(res: &Option<Resolution>) -> &JournalSpec {
+    resolution(res)
+        .spec
+        .as_ref()
+        .expect("an OK resolution has a spec")
+}
+
 /// Runs one Append call through the machine.
 struct Driver<'a> {
     core: &'a Rc<Core>,
@@ -227,7 +235,7 @@ impl Driver<'_> {
             State::OpenPipeline => self.open_pipeline(held).await.map(|()| Event::Done),
             State::SyncPipeline {
                 roll_to, registers, ..
-            } => sync::sync_round(core, held, &self.spec(), *roll_to, registers.as_ref())
+            } => sync::sync_round(core, held, self.spec(), *roll_to, registers.as_ref())
                 .await
                 .map(Event::Synced),
             State::UpdateAssignments => route::update_assignments(core, self.res())
@@ -248,7 +256,7 @@ impl Driver<'_> {
                     Err(err) => Err(err),
                 }
             }
-            State::RollSpool { plan } => sync::roll_if_due(core, held, &self.spec(), plan.roll_to)
+            State::RollSpool { plan } => sync::roll_if_due(core, held, self.spec(), plan.roll_to)
                 .await
                 .map(|()| Event::Done),
             State::StreamContent { .. } => self.stream(held).await.map(Event::Streamed),
@@ -296,12 +304,9 @@ impl Driver<'_> {
         resolution(&self.res)
     }
 
-    /// The journal's spec (every state after an OK resolution has one).
-    fn spec(&self) -> JournalSpec {
-        self.res()
-            .spec
-            .clone()
-            .expect("an OK resolution has a spec")
+    /// The journal's spec.
+    fn spec(&self) -> &JournalSpec {
+        spec_of(&self.res)
     }
 
     fn route(&self) -> Route {
@@ -329,8 +334,7 @@ impl Driver<'_> {
     /// The journal's first store must be healthy, and its stores listed at least once.
     async fn await_index(&mut self, held: &Held<'_>) -> Event {
         self.acquired = Instant::now();
-        let spec = self.spec();
-        let first_store = self.core.stores.stores_of(&spec).into_iter().next();
+        let first_store = self.core.stores.stores_of(self.spec()).into_iter().next();
         if let Some(first_store) = first_store
             && let Err(error) = crate::stores::await_healthy(self.core, &first_store).await
         {
@@ -351,8 +355,8 @@ impl Driver<'_> {
     /// Copies the preconditions' facts out of the spool, the index, the spec and the
     /// request; remembers the registers the commit updates.
     fn preconditions(&mut self, held: &Held<'_>) -> Preconditions {
-        let spec = self.spec();
-        let (level, suspend_offset) = suspend_of(Some(&spec));
+        let spec = spec_of(&self.res);
+        let (level, suspend_offset) = suspend_of(Some(spec));
         let (index_min, index_max, index_mod_time) = held.replica.index.borrow().summary();
         self.registers = held.spool.registers().clone();
         Preconditions {
@@ -367,7 +371,7 @@ impl Driver<'_> {
             level,
             suspend_offset,
             flags: spec.flags,
-            flush_interval: validate::flush_interval(&spec),
+            flush_interval: validate::flush_interval(spec),
             offset: self.req.offset,
             suspend_mode: self.req.suspend,
             now: validate::unix_secs(SystemTime::now()),
@@ -375,11 +379,11 @@ impl Driver<'_> {
     }
 
     async fn stream(&mut self, held: &mut Held<'_>) -> Result<Streamed, RpcError> {
-        let spec = self.spec();
+        let spec = spec_of(&self.res);
         let cx = StreamCtx {
             core: self.core,
             journal: &resolution(&self.res).journal,
-            spec: &spec,
+            spec,
             may_append: may_write(spec.flags) && may_carry_content(self.req.suspend),
         };
         stream::stream(&cx, held, self.input, &mut self.record).await?;
@@ -393,7 +397,12 @@ impl Driver<'_> {
     }
 
     async fn respond(&mut self, reply: &Reply) -> Event {
-        let header = self.res().header.clone();
+        // The reply is the call's last message: its header is taken, not copied.
+        let header = self
+            .res
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.header))
+            .unwrap_or_default();
         let resp = match reply {
             Reply::Status { status, registers } => AppendResponse {
                 status: *status as i32,
