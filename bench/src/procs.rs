@@ -120,6 +120,77 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / ticks)
 }
 
+/// Context switches (voluntary and involuntary) of the live threads of process `pid`
+/// (threads that exited, such as io-wq workers that came and went, are not counted).
+pub fn ctx_switches(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Thread ids of process `pid`'s io_uring worker threads (io-wq, named `iou-wrk-*`)
+/// alive now.
+pub fn io_wq_threads(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("iou-wrk"))
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The sum of every sample of the Prometheus counter `name` that the broker at
+/// `http://host:port` serves on `/debug/metrics`; `None` if it serves none (Gazette has no
+/// such counter) or does not answer within a second.
+pub fn scrape_counter(address: &str, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let hostport = address.trim_start_matches("http://").trim_end_matches('/');
+    let addr: SocketAddr = hostport.parse().ok()?;
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let req =
+        format!("GET /debug/metrics HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).ok()?;
+    let mut body = String::new();
+    let _ = conn.read_to_string(&mut body);
+    sum_counter(&body, name)
+}
+
+/// The sum of the samples of counter `name` in a Prometheus text exposition.
+pub fn sum_counter(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let value: f64 = rest.rsplit(' ').next()?.trim().parse().ok()?;
+        *found.get_or_insert(0.0) += value;
+    }
+    found
+}
+
 /// Peak resident set size (VmHWM) of process `pid`, in bytes.
 pub fn peak_rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -162,6 +233,16 @@ mod tests {
         assert!(cpu_seconds(pid).is_some());
         assert!(peak_rss_bytes(pid).unwrap() > 0);
         assert_eq!(load_average().split(' ').count(), 3);
+    }
+
+    #[test]
+    fn own_threads_and_counters_are_read() {
+        assert!(ctx_switches(std::process::id()).unwrap() > 0);
+        assert!(io_wq_threads(std::process::id()).is_empty());
+        let text = "# TYPE x counter\nx{core=\"0\"} 3\nx{core=\"1\"} 4\nx_other 9\nx 1\n";
+        assert_eq!(sum_counter(text, "x"), Some(8.0));
+        assert_eq!(sum_counter(text, "y"), None);
+        assert_eq!(scrape_counter("http://127.0.0.1:1", "x"), None);
     }
 
     #[test]

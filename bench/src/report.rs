@@ -417,10 +417,39 @@ pub fn markdown(ctx: &Context, scenarios: &[Scenario]) -> String {
         {
             let _ = writeln!(w, "\n![append latency against offered rate]({svg})");
         }
+        cost_table(w, &s.rows);
         commands(w, &s.rows);
         let _ = writeln!(w);
     }
     out
+}
+
+/// The per-append cost of every run of a scenario: broker CPU per Append RPC and per record,
+/// context switches and cross-core messages per append, io-wq threads seen.
+fn cost_table(out: &mut String, rows: &[Row]) {
+    let _ = writeln!(
+        out,
+        "\nPer-append cost (brokers summed; context switches of live threads; cross-core \
+         messages from Courant's `courant_cross_core_messages_total`; `–`: not measured, or \
+         the client chose its own appends):\n\n\
+         | | broker | appends/s | CPU µs / append | CPU µs / record | context switches / append | cross-core messages / append | io-wq threads seen |\n\
+         |---|---|---|---|---|---|---|---|"
+    );
+    for row in rows {
+        for (name, m) in [("Courant", &row.courant), ("Gazette", &row.gazette)] {
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {} | {} | {} | {} | {} |",
+                row.label,
+                cell(m, |m| m.cost.appends_per_s),
+                cell(m, |m| m.cpu_us_per_append()),
+                cell(m, |m| m.cpu_us_per_record()),
+                cell(m, |m| m.cost.ctx_per_append()),
+                cell(m, |m| m.cost.cross_core_per_append()),
+                cell(m, |m| m.cost.io_wq_threads.map(|n| n as f64)),
+            );
+        }
+    }
 }
 
 /// A round tick step (1, 2 or 5 × 10^k) giving at most 6 steps up to at least `max`,

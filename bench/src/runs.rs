@@ -68,9 +68,107 @@ pub struct Measurement {
     pub problems: Vec<String>,
     pub load_average: String,
     pub failed: Option<String>,
+    /// The per-append cost figures of the measured window (see [`Cost`]).
+    pub cost: Cost,
+}
+
+/// What one run cost the brokers in its measured window, summed over a cluster's brokers.
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    /// Length of the window in seconds.
+    pub window_s: f64,
+    /// Append RPCs acknowledged per second (`None` for clients that batch records into
+    /// appends of their own choosing, such as Gazette's AppendService).
+    pub appends_per_s: Option<f64>,
+    /// Context switches of the brokers' live threads in the window.
+    pub ctx_switches: Option<f64>,
+    /// Courant's `courant_cross_core_messages_total` over the window (`None` for Gazette).
+    pub cross_core_msgs: Option<f64>,
+    /// Distinct io-wq worker threads seen in the brokers during the window (sampled).
+    pub io_wq_threads: Option<usize>,
+}
+
+/// Samples of what [`Cost`] counts, at the start of a window, then during it.
+pub struct CostProbe {
+    pids: Vec<u32>,
+    address: String,
+    start: Instant,
+    ctx0: Option<u64>,
+    cross0: Option<f64>,
+    io_wq: std::collections::BTreeSet<(u32, u32)>,
+}
+
+impl CostProbe {
+    pub fn start(pids: &[u32], address: &str) -> CostProbe {
+        let mut probe = CostProbe {
+            pids: pids.to_vec(),
+            address: address.to_string(),
+            start: Instant::now(),
+            ctx0: sum_each(pids, procs::ctx_switches),
+            cross0: procs::scrape_counter(address, CROSS_CORE_COUNTER),
+            io_wq: Default::default(),
+        };
+        probe.observe();
+        probe
+    }
+
+    /// Notes the io-wq workers alive now (call often: they come and go).
+    pub fn observe(&mut self) {
+        for &pid in &self.pids {
+            for tid in procs::io_wq_threads(pid) {
+                self.io_wq.insert((pid, tid));
+            }
+        }
+    }
+
+    pub fn finish(mut self, appends_per_s: Option<f64>) -> Cost {
+        self.observe();
+        let ctx1 = sum_each(&self.pids, procs::ctx_switches);
+        let cross1 = procs::scrape_counter(&self.address, CROSS_CORE_COUNTER);
+        Cost {
+            window_s: self.start.elapsed().as_secs_f64(),
+            appends_per_s,
+            ctx_switches: self.ctx0.zip(ctx1).map(|(a, b)| b.saturating_sub(a) as f64),
+            cross_core_msgs: self.cross0.zip(cross1).map(|(a, b)| (b - a).max(0.0)),
+            io_wq_threads: Some(self.io_wq.len()),
+        }
+    }
+}
+
+/// Courant's counter of messages between cores.
+const CROSS_CORE_COUNTER: &str = "courant_cross_core_messages_total";
+
+fn sum_each(pids: &[u32], f: fn(u32) -> Option<u64>) -> Option<u64> {
+    pids.iter().map(|&p| f(p)).sum()
+}
+
+impl Cost {
+    fn appends_in_window(&self) -> Option<f64> {
+        self.appends_per_s
+            .map(|a| a * self.window_s)
+            .filter(|n| *n > 0.0)
+    }
+    pub fn ctx_per_append(&self) -> Option<f64> {
+        Some(self.ctx_switches? / self.appends_in_window()?)
+    }
+    pub fn cross_core_per_append(&self) -> Option<f64> {
+        Some(self.cross_core_msgs? / self.appends_in_window()?)
+    }
 }
 
 impl Measurement {
+    /// Broker CPU microseconds per acknowledged Append RPC.
+    pub fn cpu_us_per_append(&self) -> Option<f64> {
+        let appends = self.cost.appends_per_s.filter(|a| *a > 0.0)?;
+        Some(self.broker_cores? * 1e6 / appends)
+    }
+
+    /// Broker CPU microseconds per acknowledged record.
+    pub fn cpu_us_per_record(&self) -> Option<f64> {
+        let records = Some(self.records_per_s).filter(|r| *r > 0.0)?;
+        Some(self.broker_cores? * 1e6 / records)
+    }
+
     /// Broker CPU seconds per 10^9 bytes acknowledged.
     pub fn cpu_s_per_gb(&self) -> Option<f64> {
         let gb_per_s = self.mb_per_s / 1e3;
@@ -175,13 +273,23 @@ pub fn loadgen(
     let mut window_start: Option<(Instant, Vec<Option<f64>>)> = None;
     let mut window_end: Option<(Instant, Vec<Option<f64>>)> = None;
     let mut last_lines: Vec<String> = Vec::new();
+    let mut probe: Option<CostProbe> = None;
+    let mut ended: Option<Cost> = None;
     loop {
+        if let Some(p) = probe.as_mut() {
+            p.observe();
+        }
         match lines.recv_timeout(Duration::from_millis(50)) {
             Ok((at, line)) => {
                 if line.contains("s warm-up]") {
                     window_start = Some((at, cpu_each(&pids)));
+                    probe = Some(CostProbe::start(&pids, &broker.address()));
                 } else if line.contains("s measure]") {
                     window_end = Some((at, cpu_each(&pids)));
+                    ended = probe.take().map(|p| p.finish(None));
+                }
+                if let Some(p) = probe.as_mut() {
+                    p.observe();
                 }
                 if !line.starts_with('[') {
                     last_lines.push(line);
@@ -212,6 +320,10 @@ pub fn loadgen(
         return Measurement::failure(command, msg);
     };
     let mut m = from_loadgen_json(&report);
+    if let Some(mut cost) = ended {
+        cost.appends_per_s = report["courant"]["appendsPerSecond"].as_f64();
+        m.cost = cost;
+    }
     m.command = command;
     m.json = Some(json.to_path_buf());
     m.broker_cores = broker_cores;
@@ -317,9 +429,18 @@ pub fn appendsvc(
     let pids = broker.pids();
     std::thread::sleep(Duration::from_secs_f64(spec.warmup_s + 0.1));
     let (t0, c0) = (Instant::now(), cpu_each(&pids));
+    let mut probe = CostProbe::start(&pids, &broker.address());
     let window_end = start + Duration::from_secs_f64(spec.warmup_s + spec.duration_s);
-    std::thread::sleep(window_end.saturating_duration_since(Instant::now()));
+    while Instant::now() < window_end {
+        std::thread::sleep(
+            window_end
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
+        probe.observe();
+    }
     let (t1, c1) = (Instant::now(), cpu_each(&pids));
+    let cost = probe.finish(None);
     let (broker_cores, _) = cores_between(t0, &c0, t1, &c1);
     let (peak_rss_bytes, _) = rss_each(&pids);
     let output = wait_output(child, Duration::from_secs(40));
@@ -346,6 +467,7 @@ pub fn appendsvc(
         peak_rss_bytes,
         problems,
         load_average,
+        cost,
         ..Default::default()
     }
 }

@@ -29,6 +29,22 @@
 //!   primary load) by moving its key to slot 0, keeping value and lease.
 //! - **Packing**: when nothing else changes for a consistent journal, one assignment moves
 //!   down to make slots contiguous.
+//! - **Rebalancing** (`balance.rs`): when nothing else changes for a consistent journal
+//!   with exactly R serving assignments, one of them may move from a busier member S to a
+//!   quieter member D that has room, if the move strictly improves the spread
+//!   ([`balance::improves`]: with equal limits, S holds at least two more than D), keeps
+//!   as many zones, and the surplus rule would then remove S, not D. The move is two safe
+//!   steps: D is added (the journal has R+1 assignments), and once the primary has synced
+//!   all of them the surplus removal drops S. Non-primary assignments move first; a
+//!   primary moves only when no replica can, and then the promotion rule hands slot 0 to
+//!   a synced replica in the same transaction. At most
+//!   [`balance::MAX_MOVES_IN_FLIGHT`] journals are over-replicated at once, and loads
+//!   count the surplus assignments already on their way out.
+//!
+//! Surplus serving assignments go in this order: first those whose zone keeps another
+//! replica, then non-primaries, then the busiest members (load over limit); the primary
+//! goes instead of a replica of its zone group when moving one assignment from the
+//! primary's member to the replica's would improve the spread ([`balance::improves`]).
 //!
 //! A journal's changes are one group, applied atomically; a plan orders the groups as
 //! orphan deletions, additions, promotions, removals, packing, and batches them into
@@ -37,13 +53,16 @@
 //! holds in the snapshot planned from, so a transaction fails only if the keyspace moved
 //! on, and the next snapshot gets a fresh plan.
 //!
-//! Not Gazette's solver: there is no max-flow and no rebalancing of existing assignments
-//! towards a fair share; placement is greedy (least load ratio first), and members whose
-//! load exceeds a lowered `journal_limit` keep their assignments (they only receive no
-//! new ones). Followers only read the results, so a mixed cluster stays compatible.
+//! Not Gazette's solver: there is no max-flow; placement is greedy (least load ratio
+//! first) and balance comes from one-at-a-time moves, which spread assignments in
+//! proportion to `journal_limit` as Gazette's fair shares do, when zones allow it. Members
+//! whose load exceeds a lowered `journal_limit` are not drained below it as such; they
+//! only shed what improves the spread. Followers only read the results, so a mixed
+//! cluster stays compatible.
 
 // Until the server starts it (`run`), only the tests use this module.
 
+use crate::balance;
 use crate::control::KeySpaceHandle;
 use crate::keyspace::{
     Assignment, Compare, Op, PutLease, Snapshot, assign_key, item_key, member_key,
@@ -143,12 +162,7 @@ pub fn plan(snap: &Snapshot, root: &str, me: &MemberId, max_replication: u32) ->
         key: member_key(root, &me.0, &me.1),
         mod_revision: leader.mod_revision,
     };
-    let mut planner = Planner {
-        snap,
-        root,
-        max_replication,
-        loads: Loads::of(snap),
-    };
+    let mut planner = Planner::new(snap, root, max_replication);
     let mut groups = Vec::new();
     for (journal, assignments) in &snap.assignments {
         if !snap.journals.contains_key(journal) {
@@ -340,9 +354,223 @@ struct Planner<'a> {
     root: &'a str,
     max_replication: u32,
     loads: Loads,
+    /// Surplus assignments per member, planned or waiting for their journal to sync.
+    pending_out: BTreeMap<MemberId, usize>,
+    /// How many more rebalancing moves this plan may start.
+    moves_left: usize,
 }
 
-impl Planner<'_> {
+/// One assignment of a journal, as the surplus rule sees it.
+#[derive(Clone)]
+struct Cand {
+    id: MemberId,
+    slot: u32,
+    /// Its key is exactly as in the keyspace (so a delete can succeed).
+    removable: bool,
+}
+
+impl<'a> Planner<'a> {
+    fn new(snap: &'a Snapshot, root: &'a str, max_replication: u32) -> Planner<'a> {
+        let mut planner = Planner {
+            snap,
+            root,
+            max_replication,
+            loads: Loads::of(snap),
+            pending_out: BTreeMap::new(),
+            moves_left: 0,
+        };
+        // Journals with surplus serving assignments: moves (or shrinks) under way.
+        let mut in_flight = 0;
+        for (journal, item) in &snap.journals {
+            let r = desired_replication(&item.spec, max_replication);
+            let current = snap.assignments.get(journal).map_or(&[][..], Vec::as_slice);
+            let cands = planner.cands(journal, current);
+            let serving: Vec<usize> = (0..current.len())
+                .filter(|&i| planner.status(&cands[i].id) == Status::Serving)
+                .collect();
+            if serving.len() <= r {
+                continue;
+            }
+            in_flight += 1;
+            let (_, surplus) =
+                planner.split_surplus(&cands, serving, r, &|m| planner.loads.total(m));
+            for x in surplus {
+                *planner.pending_out.entry(cands[x].id.clone()).or_default() += 1;
+            }
+        }
+        planner.moves_left = balance::MAX_MOVES_IN_FLIGHT.saturating_sub(in_flight);
+        planner
+    }
+
+    fn cands(&self, journal: &str, current: &[Assignment]) -> Vec<Cand> {
+        current
+            .iter()
+            .map(|a| Cand {
+                id: id(a),
+                slot: a.slot,
+                removable: self.key_of(journal, a).is_some(),
+            })
+            .collect()
+    }
+
+    fn limit(&self, m: &MemberId) -> u32 {
+        self.snap
+            .members
+            .get(m)
+            .map_or(0, |item| item.spec.journal_limit)
+    }
+
+    /// Splits `serving` (indices into `cands`) into those kept and the surplus beyond
+    /// `r`, dropping first those whose zone keeps another replica, then non-primaries
+    /// (unless the primary's member is busier by a move), then the busiest (by `load`).
+    fn split_surplus(
+        &self,
+        cands: &[Cand],
+        serving: Vec<usize>,
+        r: usize,
+        load: &dyn Fn(&MemberId) -> usize,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let mut kept = serving;
+        let mut surplus = Vec::new();
+        while kept.len() > r {
+            let zone_count = |x: usize, kept: &[usize]| {
+                kept.iter()
+                    .filter(|&&y| cands[y].id.0 == cands[x].id.0)
+                    .count()
+            };
+            let pick = kept
+                .iter()
+                .copied()
+                .filter(|&x| cands[x].removable)
+                .max_by(|&x, &y| {
+                    let (mx, my) = (&cands[x].id, &cands[y].id);
+                    (zone_count(x, &kept) > 1)
+                        .cmp(&(zone_count(y, &kept) > 1))
+                        .then((cands[x].slot != 0).cmp(&(cands[y].slot != 0)))
+                        .then(
+                            self.ratio(mx, load(mx))
+                                .total_cmp(&self.ratio(my, load(my))),
+                        )
+                        .then(key_order(my, mx))
+                });
+            // The primary goes instead of a replica if moving one assignment from the
+            // primary's member to the replica's would improve the spread.
+            let pick = pick.map(|y| {
+                let (my, crowded) = (&cands[y].id, zone_count(y, &kept) > 1);
+                kept.iter()
+                    .copied()
+                    .find(|&x| {
+                        let mx = &cands[x].id;
+                        cands[y].slot != 0
+                            && cands[x].slot == 0
+                            && cands[x].removable
+                            && (zone_count(x, &kept) > 1) == crowded
+                            && balance::improves(
+                                load(mx),
+                                self.limit(mx),
+                                load(my).saturating_sub(1),
+                                self.limit(my),
+                            )
+                    })
+                    .unwrap_or(y)
+            });
+            let Some(pick) = pick else { break };
+            kept.retain(|&x| x != pick);
+            surplus.push(pick);
+        }
+        (kept, surplus)
+    }
+
+    /// A move of one of `kept` (a consistent journal's R serving assignments) to a member
+    /// that does not hold the journal: (from, to), if one improves the spread, keeps as
+    /// many zones, and the surplus rule would then drop `from`.
+    fn rebalance(&self, cands: &[Cand], kept: &[usize]) -> Option<(MemberId, MemberId)> {
+        let effective = |m: &MemberId| {
+            self.loads
+                .total(m)
+                .saturating_sub(self.pending_out.get(m).copied().unwrap_or(0))
+        };
+        let zones_before: BTreeSet<&str> = kept.iter().map(|&x| cands[x].id.0.as_str()).collect();
+        let mut sources: Vec<usize> = kept
+            .iter()
+            .copied()
+            .filter(|&x| cands[x].removable)
+            .collect();
+        // Non-primaries first, then the busiest.
+        sources.sort_by(|&x, &y| {
+            let (mx, my) = (&cands[x].id, &cands[y].id);
+            (cands[x].slot == 0)
+                .cmp(&(cands[y].slot == 0))
+                .then(
+                    self.ratio(my, effective(my))
+                        .total_cmp(&self.ratio(mx, effective(mx))),
+                )
+                .then(key_order(mx, my))
+        });
+        for &s in &sources {
+            let src = &cands[s].id;
+            let src_load = effective(src);
+            let mut dests: Vec<&MemberId> = self
+                .snap
+                .members
+                .keys()
+                .filter(|m| {
+                    self.status(m) == Status::Serving
+                        && !cands.iter().any(|c| &c.id == *m)
+                        && balance::improves(
+                            src_load,
+                            self.limit(src),
+                            self.loads.total(m),
+                            self.limit(m),
+                        )
+                })
+                .collect();
+            // The source's zone first, then the quietest.
+            dests.sort_by(|a, b| {
+                (a.0 != src.0)
+                    .cmp(&(b.0 != src.0))
+                    .then(self.load_ratio(a).total_cmp(&self.load_ratio(b)))
+                    .then(key_order(a, b))
+            });
+            for dst in dests {
+                // The surplus rule below would refuse this too (it drops a crowded zone's
+                // replica first); checked here because it is cheaper.
+                let zones_after: BTreeSet<&str> = kept
+                    .iter()
+                    .filter(|&&x| x != s)
+                    .map(|&x| cands[x].id.0.as_str())
+                    .chain(std::iter::once(dst.0.as_str()))
+                    .collect();
+                if zones_after.len() < zones_before.len() {
+                    continue;
+                }
+                // What the surplus rule will see once `dst` is added.
+                let mut with = cands.to_vec();
+                with.push(Cand {
+                    id: dst.clone(),
+                    slot: u32::MAX,
+                    removable: true,
+                });
+                let mut serving = kept.to_vec();
+                serving.push(with.len() - 1);
+                let load = |m: &MemberId| {
+                    if m == dst {
+                        self.loads.total(m) + 1
+                    } else if m == src {
+                        src_load
+                    } else {
+                        self.loads.total(m)
+                    }
+                };
+                let (_, surplus) = self.split_surplus(&with, serving, kept.len(), &load);
+                if surplus == [s] {
+                    return Some((src.clone(), dst.clone()));
+                }
+            }
+        }
+        None
+    }
+
     fn status(&self, m: &MemberId) -> Status {
         match self.snap.members.get(m) {
             None => Status::Missing,
@@ -423,34 +651,10 @@ impl Planner<'_> {
         let (serving, leaving): (Vec<usize>, Vec<usize>) =
             (0..current.len()).partition(|&i| self.status(&ids[i]) == Status::Serving);
 
-        // Surplus serving assignments, dropping first those that keep zone spread and the
-        // primary, then the busiest members.
-        let mut kept = serving.clone();
-        let mut surplus = Vec::new();
-        while kept.len() > r {
-            let zone_count = |x: usize, kept: &[usize]| {
-                kept.iter()
-                    .filter(|&&y| current[y].zone == current[x].zone)
-                    .count()
-            };
-            let pick = kept
-                .iter()
-                .copied()
-                .filter(|&x| keys[x].is_some())
-                .max_by(|&x, &y| {
-                    (zone_count(x, &kept) > 1)
-                        .cmp(&(zone_count(y, &kept) > 1))
-                        .then((current[x].slot != 0).cmp(&(current[y].slot != 0)))
-                        .then(
-                            self.load_ratio(&ids[x])
-                                .total_cmp(&self.load_ratio(&ids[y])),
-                        )
-                        .then(key_order(&ids[y], &ids[x]))
-                });
-            let Some(pick) = pick else { break };
-            kept.retain(|&x| x != pick);
-            surplus.push(pick);
-        }
+        // Surplus serving assignments.
+        let cands = self.cands(journal, current);
+        let (kept, surplus) =
+            self.split_surplus(&cands, serving.clone(), r, &|m| self.loads.total(m));
 
         // Removals: missing members, then exiting ones, then surplus; only while the
         // journal is consistent and keeps at least R assignments.
@@ -504,6 +708,23 @@ impl Planner<'_> {
             && let Some(m) = self.pick_member(&holders, &adds, &zones, true)
         {
             adds.push(m);
+        }
+        // Rebalancing: a consistent journal with nothing else to do may move one
+        // assignment to a quieter member (added now, the busier one removed once synced).
+        if adds.is_empty()
+            && need == 0
+            && consistent
+            && removals.is_empty()
+            && current.len() == r
+            && kept.len() == r
+            && self.moves_left > 0
+            && current.iter().any(|a| a.slot == 0)
+            && let Some((from, to)) = self.rebalance(&cands, &kept)
+        {
+            tracing::debug!(journal, ?from, ?to, "allocator moves an assignment");
+            *self.pending_out.entry(from).or_default() += 1;
+            self.moves_left -= 1;
+            adds.push(to);
         }
         if current.is_empty() && adds.len() > 1 {
             // The new journal's primary: the chosen member with the fewest primaries.
@@ -971,11 +1192,67 @@ mod tests {
     /// `sync_every` rounds. After every transaction: once a journal had R synced replicas
     /// it keeps R, its primary (if any) is synced, and no member is over its limit.
     fn converge(sim: &mut Sim, me: &MemberId, sync_every: usize, max_rounds: usize) -> usize {
+        converge_stats(sim, me, sync_every, max_rounds, false).rounds
+    }
+
+    /// What a [`converge_stats`] run did.
+    #[derive(Debug, Default)]
+    struct Stats {
+        rounds: usize,
+        /// Assignments created (new keys with an empty value).
+        added: usize,
+        /// Assignments deleted and not re-created under another slot.
+        removed: usize,
+        /// Most journals with more serving assignments than desired, at once.
+        max_in_flight: usize,
+    }
+
+    /// [`converge`], counting what happened; with `zones`, also checking after every
+    /// transaction that a journal whose synced replicas spanned two zones keeps two.
+    fn converge_stats(
+        sim: &mut Sim,
+        me: &MemberId,
+        sync_every: usize,
+        max_rounds: usize,
+        keep_zones: bool,
+    ) -> Stats {
+        let mut stats = Stats::default();
         let mut reached: BTreeSet<String> = BTreeSet::new();
-        let check = |snap: &Snapshot, reached: &mut BTreeSet<String>| {
+        let mut spread: BTreeSet<String> = BTreeSet::new();
+        let mut check = |snap: &Snapshot, reached: &mut BTreeSet<String>, stats: &mut Stats| {
+            let mut in_flight = 0;
             for (journal, item) in &snap.journals {
                 let r = desired_replication(&item.spec, 0);
                 let n = synced(snap, journal);
+                let serving = snap.assignments.get(journal).map_or(0, |v| {
+                    v.iter()
+                        .filter(|a| {
+                            snap.members
+                                .get(&id(a))
+                                .is_some_and(|m| !m.spec.exiting && m.spec.journal_limit > 0)
+                        })
+                        .count()
+                });
+                if serving > r {
+                    in_flight += 1;
+                }
+                let zones: BTreeSet<&str> =
+                    snap.assignments.get(journal).map_or(BTreeSet::new(), |v| {
+                        v.iter()
+                            .filter(|a| {
+                                a.value
+                                    .members
+                                    .iter()
+                                    .any(|m| m.zone == a.zone && m.suffix == a.suffix)
+                            })
+                            .map(|a| a.zone.as_str())
+                            .collect()
+                    });
+                if keep_zones && spread.contains(journal) {
+                    assert!(zones.len() >= 2, "{journal}: synced replicas in {zones:?}");
+                } else if zones.len() >= 2 {
+                    spread.insert(journal.clone());
+                }
                 if reached.contains(journal) {
                     assert!(n >= r, "{journal}: {n} synced replicas < {r}");
                     let route = snap.assigned_route(journal);
@@ -1002,8 +1279,9 @@ mod tests {
                     item.spec.journal_limit
                 );
             }
+            stats.max_in_flight = stats.max_in_flight.max(in_flight);
         };
-        check(&sim.snapshot(), &mut reached);
+        check(&sim.snapshot(), &mut reached, &mut stats);
         for round in 0..max_rounds {
             let snap = sim.snapshot();
             let txns = plan(&snap, ROOT, me, 0);
@@ -1011,12 +1289,30 @@ mod tests {
             for txn in &txns {
                 check_txn(txn, &guard);
                 assert!(sim.apply(txn), "round {round}: txn failed: {txn:?}");
-                check(&sim.snapshot(), &mut reached);
+                for op in &txn.ops {
+                    match op {
+                        Op::Put { value, key, .. } if value.is_empty() => {
+                            if std::env::var("ALLOC_DEBUG").is_ok() {
+                                eprintln!("round {round}: add {key}");
+                            }
+                            stats.added += 1
+                        }
+                        Op::Put { .. } => stats.removed -= 1, // A move: delete + put.
+                        Op::Delete { key } => {
+                            if std::env::var("ALLOC_DEBUG").is_ok() {
+                                eprintln!("round {round}: delete {key}");
+                            }
+                            stats.removed += 1
+                        }
+                    }
+                }
+                check(&sim.snapshot(), &mut reached, &mut stats);
             }
             if (txns.is_empty() || (round + 1) % sync_every == 0) && sim.sync_primaries() {
-                check(&sim.snapshot(), &mut reached);
+                check(&sim.snapshot(), &mut reached, &mut stats);
             } else if txns.is_empty() {
-                return round;
+                stats.rounds = round;
+                return stats;
             }
         }
         panic!("no convergence in {max_rounds} rounds");
@@ -1584,6 +1880,177 @@ mod tests {
         }
         converge(&mut sim, &me, 1, 60);
         assert_converged(&sim.snapshot());
+    }
+
+    /// Per member: (assignments, primaries).
+    fn counts(sim: &Sim) -> BTreeMap<MemberId, (usize, usize)> {
+        let snap = sim.snapshot();
+        let loads = Loads::of(&snap);
+        snap.members
+            .keys()
+            .map(|m| (m.clone(), (loads.total(m), loads.primary(m))))
+            .collect()
+    }
+
+    fn loads_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+        counts(sim).into_iter().map(|(m, (n, _))| (m, n)).collect()
+    }
+
+    fn primaries_of(sim: &Sim) -> BTreeMap<MemberId, usize> {
+        counts(sim).into_iter().map(|(m, (_, p))| (m, p)).collect()
+    }
+
+    /// A converged cluster of `members` (zone, suffix, limit) holding `journals`
+    /// journals of replication `r`, led by the first member.
+    fn loaded(members: &[(&str, &str, u32)], journals: usize, r: i32) -> (Sim, MemberId) {
+        let mut sim = Sim::new();
+        for (zone, suffix, limit) in members {
+            sim.member(zone, suffix, *limit);
+        }
+        let me = mid(members[0].0, members[0].1);
+        for j in 0..journals {
+            sim.journal(&format!("ns/j{j:03}"), r);
+        }
+        converge(&mut sim, &me, 1, 20);
+        assert_converged(&sim.snapshot());
+        (sim, me)
+    }
+
+    #[test]
+    fn two_joining_brokers_take_a_fair_share() {
+        let (mut sim, me) = loaded(&[("a", "m001", 1024), ("b", "m002", 1024)], 40, 2);
+        assert_eq!(
+            loads_of(&sim).values().copied().collect::<Vec<_>>(),
+            [40, 40]
+        );
+        // Two brokers join: nothing is lost while assignments move.
+        sim.member("a", "m003", 1024);
+        sim.member("b", "m004", 1024);
+        let stats = converge_stats(&mut sim, &me, 2, 200, true);
+        let snap = sim.snapshot();
+        assert_converged(&snap);
+        let loads = loads_of(&sim);
+        assert!(loads.values().all(|&n| n == 20), "{loads:?}");
+        // Exactly the moves needed: 40 assignments in, 40 out.
+        assert_eq!((stats.added, stats.removed), (40, 40), "{stats:?}");
+        assert!(
+            stats.max_in_flight <= balance::MAX_MOVES_IN_FLIGHT,
+            "{stats:?}"
+        );
+        assert!(stats.max_in_flight > 1, "{stats:?}");
+        let primaries = primaries_of(&sim);
+        // Replicas move first (were primaries preferred, all 40 moves would be): the old
+        // members keep most of their primaries.
+        assert_eq!(primaries.values().sum::<usize>(), 40);
+        assert!(primaries[&mid("a", "m001")] >= 15, "{primaries:?}");
+        assert!(primaries[&mid("b", "m002")] >= 15, "{primaries:?}");
+        // Balanced: nothing more to do.
+        assert!(plan(&snap, ROOT, &me, 0).is_empty());
+    }
+
+    #[test]
+    fn rebalancing_keeps_zone_spread() {
+        // Zone b has one member, so it holds every journal.
+        let members = [("a", "m001", 100), ("a", "m002", 100), ("b", "m003", 100)];
+        let (mut sim, me) = loaded(&members, 12, 2);
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 12);
+        // Another member in zone a: zone b's member cannot shed a journal without
+        // leaving it in one zone, so only zone a evens out.
+        sim.member("a", "m004", 100);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert_eq!(loads[&mid("b", "m003")], 12, "{loads:?}");
+        let a: Vec<usize> = ["m001", "m002", "m004"]
+            .iter()
+            .map(|s| loads[&mid("a", s)])
+            .collect();
+        assert_eq!(a.iter().sum::<usize>(), 12);
+        assert!(a.iter().all(|&n| n == 4), "{loads:?}");
+        // A second member in zone b takes half of zone b's load, from within the zone.
+        sim.member("b", "m005", 100);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert_eq!(loads[&mid("b", "m003")], 6, "{loads:?}");
+        assert_eq!(loads[&mid("b", "m005")], 6, "{loads:?}");
+        assert_eq!(stats.added, 6, "{stats:?}");
+    }
+
+    #[test]
+    fn rebalancing_respects_journal_limits() {
+        // Members full to their limits; a joiner's limit weighs its share: the small one
+        // takes what improves the spread weighted by limits, never more than its limit.
+        let (mut sim, me) = loaded(&[("a", "m001", 10), ("b", "m002", 10)], 10, 2);
+        sim.member("a", "m003", 2);
+        sim.member("c", "m004", 10);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        let loads = loads_of(&sim);
+        assert!((1..=2).contains(&loads[&mid("a", "m003")]), "{loads:?}");
+        let big: Vec<usize> = [mid("a", "m001"), mid("b", "m002"), mid("c", "m004")]
+            .iter()
+            .map(|m| loads[m])
+            .collect();
+        let (lo, hi) = (big.iter().min().unwrap(), big.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{loads:?}");
+        // With limits of 100, a member limited to 2 is not worth a move.
+        let (mut sim, me) = loaded(&[("a", "m001", 100), ("b", "m002", 100)], 10, 2);
+        sim.member("b", "m003", 2);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 0);
+        assert_eq!(stats.added, 0);
+        // A full member (limit 1) receives nothing more.
+        sim.set_member("a", "m001", 10, false);
+        sim.set_member("b", "m002", 10, false);
+        sim.set_member("b", "m003", 1, false);
+        converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        assert_eq!(loads_of(&sim)[&mid("b", "m003")], 1);
+    }
+
+    #[test]
+    fn replication_one_moves_primaries_once_synced() {
+        // Replication 1: every assignment is a primary, so balance moves primaries; each
+        // move adds the new member first, and hands slot 0 over once it is synced.
+        let (mut sim, me) = loaded(&[("a", "m001", 100)], 6, 1);
+        sim.member("a", "m002", 100);
+        let stats = converge_stats(&mut sim, &me, 1, 100, true);
+        assert_converged(&sim.snapshot());
+        assert_eq!(loads_of(&sim)[&mid("a", "m002")], 3);
+        assert_eq!(primaries_of(&sim)[&mid("a", "m002")], 3);
+        assert_eq!((stats.added, stats.removed), (3, 3), "{stats:?}");
+    }
+
+    #[test]
+    fn rebalancing_waits_for_sync_and_busy_journals() {
+        let (mut sim, me) = loaded(&[("a", "m001", 100), ("b", "m002", 100)], 2, 2);
+        sim.member("a", "m003", 100);
+        sim.member("b", "m004", 100);
+        // One plan: each journal gets one new replica (never a removal first).
+        let txns = plan(&sim.snapshot(), ROOT, &me, 0);
+        assert_eq!(txns.len(), 1);
+        assert!(txns[0].ops.iter().all(|op| matches!(op, Op::Put { .. })));
+        assert_eq!(txns[0].ops.len(), 2);
+        assert!(sim.apply(&txns[0]));
+        assert_eq!(holders(&sim.snapshot(), "ns/j000").len(), 3);
+        // Until the primaries sync, nothing is removed and nothing more is added.
+        assert!(plan(&sim.snapshot(), ROOT, &me, 0).is_empty());
+        assert!(sim.sync_primaries());
+        let txns = plan(&sim.snapshot(), ROOT, &me, 0);
+        assert!(txns[0].ops.iter().all(|op| matches!(op, Op::Delete { .. })));
+        assert!(sim.apply(&txns[0]));
+        let loads = loads_of(&sim);
+        assert!(loads.values().all(|&n| n == 1), "{loads:?}");
+        // An inconsistent journal does not move.
+        let (mut sim, me) = three_members();
+        sim.journal("ns/j", 1);
+        sim.journal("ns/k", 1);
+        sim.journal("ns/l", 1);
+        sim.assign("ns/j", "a", "m001", 0, None);
+        sim.assign("ns/k", "a", "m001", 0, None);
+        sim.assign("ns/l", "a", "m001", 0, None);
+        assert!(plan(&sim.snapshot(), ROOT, &me, 0).is_empty());
     }
 
     /// A Backend over a [`Sim`], for `run` on the real control thread.

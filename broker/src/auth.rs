@@ -18,6 +18,7 @@ pub use crate::jwt::{APPEND, APPLY, Claims, LIST, READ, REPLICATE};
 use base64::Engine;
 use jsonwebtoken::DecodingKey;
 use protocol::grpc::{Code, Outbound, RpcError};
+use protocol::method::Method;
 use protocol::{AppendResponse, FragmentsResponse, LabelSelector, ReadResponse, Status};
 use std::time::{Duration, SystemTime};
 
@@ -134,11 +135,12 @@ impl Auth {
 
     /// Verifies a gRPC call to `path`; paths that are not served need no authorization
     /// (they fail as unimplemented).
-    pub fn verify_call(&self, path: &str, metadata: &http::HeaderMap) -> Result<Claims, RpcError> {
-        match required_capability(path) {
-            Some(require) => self.verify(metadata, require),
-            None => Ok(Claims::all()),
-        }
+    pub fn verify_call(
+        &self,
+        method: Method,
+        metadata: &http::HeaderMap,
+    ) -> Result<Claims, RpcError> {
+        self.verify(metadata, required_capability(method))
     }
 
     /// The `authorization` value for a call to a peer with `capability` on `journal`
@@ -218,18 +220,15 @@ fn verify_capability(actual: u32, require: u32) -> Result<(), String> {
     ))
 }
 
-/// The capability an RPC requires, by its gRPC path; `None` for paths not served.
-pub fn required_capability(path: &str) -> Option<u32> {
-    Some(match path {
-        "/protocol.Journal/List" => LIST,
-        "/protocol.Journal/Apply" => APPLY,
-        "/protocol.Journal/Read" => READ,
-        "/protocol.Journal/ListFragments" => READ,
-        "/protocol.Journal/FragmentStoreHealth" => READ,
-        "/protocol.Journal/Append" => APPEND,
-        "/protocol.Journal/Replicate" => REPLICATE,
-        _ => return None,
-    })
+/// The capability an RPC requires.
+pub fn required_capability(method: Method) -> u32 {
+    match method {
+        Method::List => LIST,
+        Method::Apply => APPLY,
+        Method::Read | Method::ListFragments | Method::FragmentStoreHealth => READ,
+        Method::Append => APPEND,
+        Method::Replicate => REPLICATE,
+    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,7 @@ pub async fn forward(
         loop {
             match inbound.next_frame().await {
                 Ok(Some(frame)) => {
+                    crate::metrics::cross_core_message();
                     if in_tx.send_async(Ok(frame)).await.is_err() {
                         break;
                     }
@@ -153,6 +154,9 @@ pub async fn forward(
                 Step::Cancelled
             })
             .await;
+            if matches!(step, Step::Msg(Ok(_))) {
+                crate::metrics::cross_core_message();
+            }
             match step {
                 Step::Msg(Ok(OutMsg::Frame(frame))) => {
                     if outbound.send_frame(frame).await.is_err() {

@@ -10,6 +10,7 @@ use crate::replica::Replica;
 use futures_lite::future;
 use http::HeaderValue;
 use protocol::grpc::{Code, RpcError, ServerCall, decode_message};
+use protocol::method::Method;
 use protocol::process_spec::Id;
 use protocol::{AppendRequest, FragmentsRequest, ReadRequest, ReplicateRequest};
 use std::cell::RefCell;
@@ -253,7 +254,12 @@ impl Core {
         }
         call.outbound
             .insert_header("x-courant-core", HeaderValue::from(self.index));
-        let claims = match self.auth.verify_call(&call.path, &call.metadata) {
+        let Some(method) = Method::from_path(&call.path) else {
+            let err = RpcError::new(Code::Unimplemented, format!("unknown method {}", call.path));
+            call.outbound.finish(Err(err));
+            return;
+        };
+        let claims = match self.auth.verify_call(method, &call.metadata) {
             Ok(claims) => claims,
             Err(err) => {
                 call.outbound.finish(Err(err));
@@ -262,33 +268,22 @@ impl Core {
         };
         // The call's deadline is at most its authorization's expiry.
         call.timeout = claims.bound(call.timeout);
-        let path = std::mem::take(&mut call.path);
         let timeout = call.timeout;
-        match path.as_str() {
-            "/protocol.Journal/List" => {
-                let core = self.clone();
+        let core = self.clone();
+        match method {
+            Method::List => {
                 run_local("List", call, timeout, async move |input, out| {
                     crate::list::list(&core, &claims, input, out).await
                 })
                 .await
             }
-            "/protocol.Journal/Apply" => {
-                let core = self.clone();
+            Method::Apply => {
                 run_local("Apply", call, timeout, async move |input, out| {
                     crate::list::apply(&core, &claims, input, out).await
                 })
                 .await
             }
-            "/protocol.Journal/Append" => self.route_journal_call(call, "Append", claims).await,
-            "/protocol.Journal/Read" => self.route_journal_call(call, "Read", claims).await,
-            "/protocol.Journal/ListFragments" => {
-                self.route_journal_call(call, "ListFragments", claims).await
-            }
-            "/protocol.Journal/Replicate" => {
-                self.route_journal_call(call, "Replicate", claims).await
-            }
-            "/protocol.Journal/FragmentStoreHealth" => {
-                let core = self.clone();
+            Method::FragmentStoreHealth => {
                 run_local(
                     "FragmentStoreHealth",
                     call,
@@ -297,24 +292,24 @@ impl Core {
                 )
                 .await
             }
-            other => call.outbound.finish(Err(RpcError::new(
-                Code::Unimplemented,
-                format!("unknown method {other}"),
-            ))),
+            Method::Append | Method::Read | Method::ListFragments | Method::Replicate => {
+                self.route_journal_call(call, method, claims).await
+            }
         }
     }
 
     async fn route_journal_call(
         self: Rc<Self>,
         mut call: ServerCall,
-        method: &str,
+        method: Method,
         claims: crate::auth::Claims,
     ) {
         let first = match call.inbound.next_frame().await {
             Ok(Some(frame)) => frame,
             Ok(None) => {
                 call.outbound.finish(Err(RpcError::unknown(format!(
-                    "{method}: stream ended before the first request"
+                    "{}: stream ended before the first request",
+                    method.name()
                 ))));
                 return;
             }
@@ -324,9 +319,9 @@ impl Core {
             }
         };
         let first = match method {
-            "Append" => decode_message(first).map(FirstRequest::Append),
-            "Read" => decode_message(first).map(FirstRequest::Read),
-            "Replicate" => decode_message(first).map(FirstRequest::Replicate),
+            Method::Append => decode_message(first).map(FirstRequest::Append),
+            Method::Read => decode_message(first).map(FirstRequest::Read),
+            Method::Replicate => decode_message(first).map(FirstRequest::Replicate),
             _ => decode_message(first).map(FirstRequest::Fragments),
         };
         let first = match first {
@@ -352,6 +347,7 @@ impl Core {
         }
         let peer = self.peers[owner].clone();
         call::forward(call.inbound, call.outbound, async move |input, output| {
+            crate::metrics::cross_core_message();
             peer.send_async(CoreMsg::Call {
                 first,
                 input,

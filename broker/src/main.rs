@@ -5,6 +5,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 mod allocator;
 mod append;
 mod auth;
+mod balance;
 mod call;
 mod config;
 mod control;

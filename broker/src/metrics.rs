@@ -47,6 +47,8 @@ pub struct CoreMetrics {
     /// The executor's run time (tasks plus I/O polling) and tasks run, sampled each second.
     busy_ns: AtomicU64,
     tasks: AtomicU64,
+    /// Messages this core exchanged with other cores for forwarded calls.
+    cross_core: AtomicU64,
     journals: Mutex<HashMap<String, Arc<JournalMetrics>>>,
 }
 
@@ -83,6 +85,7 @@ pub fn register_core(core: usize) {
         completed_err: Default::default(),
         busy_ns: AtomicU64::new(0),
         tasks: AtomicU64::new(0),
+        cross_core: AtomicU64::new(0),
         journals: Mutex::new(HashMap::new()),
     });
     REGISTRY
@@ -148,6 +151,14 @@ pub fn rpc_completed(op: &str, ok: bool) {
             &c.completed_err
         };
         counters[op_index(op)].fetch_add(1, Relaxed);
+    })
+}
+
+/// One message crossed between this core and another for a forwarded call (the call
+/// itself, a request frame, a response frame or the outcome), counted on the accepting core.
+pub fn cross_core_message() {
+    with_core(|c| {
+        c.cross_core.fetch_add(1, Relaxed);
     })
 }
 
@@ -376,6 +387,24 @@ pub fn render() -> String {
             out,
             "courant_core_busy_seconds_total{{core=\"{}\"}} {busy}",
             c.core
+        );
+    }
+    family(
+        &mut out,
+        "courant_cross_core_messages_total",
+        "counter",
+        "Messages exchanged between cores for gRPC calls accepted on one core and served by \
+         the journal's owner core (the call, request frames, response frames, the outcome), \
+         counted on the accepting core.",
+    );
+    for c in &cores {
+        let core = c.core.to_string();
+        let n = c.cross_core.load(Relaxed);
+        sample(
+            &mut out,
+            "courant_cross_core_messages_total",
+            &[("core", &core)],
+            n,
         );
     }
     family(

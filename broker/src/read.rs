@@ -25,7 +25,7 @@ use storage::index::Query;
 pub const READ_CHUNK: usize = (1 << 15) - 32;
 
 fn may_read(spec: &JournalSpec) -> bool {
-    matches!(spec.flags, 0 | 1 | 4)
+    protocol::flags::may_read(spec.flags)
 }
 
 fn now_unix() -> i64 {

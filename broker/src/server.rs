@@ -65,6 +65,16 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
             })
         }
     };
+    // Every core's listener is bound and listening before any executor starts, so a port in
+    // use is reported at once, and no connection can reach the port before every core can
+    // take its share of them; and before the member key is announced, so that peers which
+    // see it (and the allocator, which assigns journals to it at once) can connect: until
+    // the cores run, connections wait in the backlog instead of being refused.
+    let cores = cfg.cores();
+    let mut listeners = (0..cores)
+        .map(|_| bind_shared(&cfg.bind, cfg.port))
+        .collect::<Result<Vec<_>, String>>()?
+        .into_iter();
     let store_cfg = crate::stores::config_from(&cfg);
     let default_store = store_cfg.default_store.clone();
     let (keyspace, stores) = crate::control::start(backend, store_cfg)?;
@@ -72,20 +82,12 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
 
     let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);
     let tls = crate::tls::server_config(&cfg)?;
-    let cores = cfg.cores();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
         .map(|_| flume::bounded::<CoreMsg>(INBOX_DEPTH))
         .unzip();
     let endpoint = cfg.endpoint();
 
-    // Every core's listener is bound and listening before any executor starts, so a port in
-    // use is reported at once, and no connection can reach the port before every core can
-    // take its share of them.
-    let mut listeners = (0..cores)
-        .map(|_| bind_shared(&cfg.bind, cfg.port))
-        .collect::<Result<Vec<_>, String>>()?
-        .into_iter();
     if let Some(port) = cfg.debug_port {
         std::net::TcpListener::bind((cfg.bind.as_str(), port))
             .map_err(|e| format!("binding --debug.port {}:{port}: {e}", cfg.bind))?;

@@ -1,18 +1,10 @@
-//! Fragment names and store listings (`storage/src/naming.rs`, compiled in by path with
-//! the crate's error type): object paths from a store listing through
+//! Fragment names and store listings (`storage::naming`): object paths from a store listing through
 //! `parse_relative_path`, extensions through `codec_from_extension`, and
 //! `path_postfix_template`s through `eval_path_postfix`. Nothing may panic; a path that
 //! parses must name itself again (`content_path` round trip).
 #![no_main]
 
-#[path = "../../storage/src/error.rs"]
-#[allow(dead_code)]
-mod error;
-#[path = "../../storage/src/naming.rs"]
-#[allow(dead_code)]
-mod naming;
-
-pub use error::StorageError;
+use storage::naming;
 
 use libfuzzer_sys::fuzz_target;
 

@@ -1,11 +1,8 @@
-//! Spool recovery's decoder of on-disk bytes (`storage/src/record.rs`, compiled in by
-//! path): a commit log torn or corrupted anywhere must scan to a valid prefix, never panic.
+//! Spool recovery's decoder of on-disk bytes (`storage::record`): a commit log torn or corrupted anywhere must scan to a valid prefix, never panic.
 //! `scan` itself asserts that the prefix lies within the buffer and the content file.
 #![no_main]
 
-#[path = "../../storage/src/record.rs"]
-#[allow(dead_code)]
-mod record;
+use storage::record;
 
 use libfuzzer_sys::fuzz_target;
 

@@ -10,7 +10,10 @@ mod generated {
 }
 pub use generated::*;
 
+pub mod flags;
 pub mod grpc;
 pub mod labels;
+pub mod method;
+pub mod route;
 pub mod sum;
 pub mod validate;

@@ -315,9 +315,9 @@ impl std::fmt::Debug for Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sha::sum_of_bytes;
     use crate::spool::Spool;
     use crate::testing::run;
+    use crate::testing::sum_of_bytes;
     use bytes::Bytes;
     use protocol::{CompressionCodec, LabelSet};
     use std::cell::RefCell;

@@ -24,8 +24,7 @@ mod error;
 pub mod fragment;
 pub mod index;
 pub mod naming;
-mod record;
-mod sha;
+pub mod record;
 pub mod spool;
 pub mod summer;
 #[cfg(test)]

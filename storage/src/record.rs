@@ -25,13 +25,13 @@
 use prost::Message;
 use protocol::LabelSet;
 
-pub(crate) const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 16;
 const MAGIC: &[u8; 8] = b"CRNTCMT1";
 const UNCHANGED: u32 = u32::MAX;
 const RECORD_FIXED_LEN: usize = 24;
 
 /// Encodes the commit-log header of a fragment with `codec`.
-pub(crate) fn encode_header(codec: i32, out: &mut Vec<u8>) {
+pub fn encode_header(codec: i32, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&codec.to_le_bytes());
@@ -41,7 +41,7 @@ pub(crate) fn encode_header(codec: i32, out: &mut Vec<u8>) {
 }
 
 /// Decodes a commit-log header, returning the fragment's codec.
-pub(crate) fn decode_header(buf: &[u8]) -> Option<i32> {
+pub fn decode_header(buf: &[u8]) -> Option<i32> {
     let header = buf.get(..HEADER_LEN)?;
     if &header[0..8] != MAGIC {
         return None;
@@ -55,14 +55,14 @@ pub(crate) fn decode_header(buf: &[u8]) -> Option<i32> {
 /// One commit: the fragment's new end, when it happened, and the registers
 /// if they changed since the previous record.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct CommitRecord {
+pub struct CommitRecord {
     pub end: i64,
     pub time_unix_ms: i64,
     pub registers: Option<LabelSet>,
 }
 
 /// Appends the encoding of `record` to `out`.
-pub(crate) fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
+pub fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
     let start = out.len();
     let registers_len = match &record.registers {
         Some(registers) => {
@@ -86,7 +86,7 @@ pub(crate) fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
 
 /// Decodes the record at the start of `buf`, returning it and its length,
 /// or None if the bytes are not a complete and intact record.
-pub(crate) fn decode_record(buf: &[u8]) -> Option<(CommitRecord, usize)> {
+pub fn decode_record(buf: &[u8]) -> Option<(CommitRecord, usize)> {
     let registers_len = read_u32(buf, 0)?;
     let body_len = if registers_len == UNCHANGED {
         0
@@ -118,7 +118,7 @@ pub(crate) fn decode_record(buf: &[u8]) -> Option<(CommitRecord, usize)> {
 
 /// What a commit log says about its fragment.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Recovered {
+pub struct Recovered {
     /// Codec of the fragment, from the header.
     pub codec: i32,
     /// End offset of the last valid commit.
@@ -139,7 +139,7 @@ pub(crate) struct Recovered {
 /// `begin` and the previous record's end, its end lies within the content
 /// file, and it has a registers base (the first record must carry them).
 /// The first invalid record ends the scan: later bytes are never trusted.
-pub(crate) fn scan(buf: &[u8], begin: i64, content_len: u64) -> Option<Recovered> {
+pub fn scan(buf: &[u8], begin: i64, content_len: u64) -> Option<Recovered> {
     let codec = decode_header(buf)?;
     let mut out = Recovered {
         codec,

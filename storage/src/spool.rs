@@ -50,8 +50,8 @@ use sha1::{Digest, Sha1};
 use crate::StorageError;
 use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, write_all};
 use crate::record::{self, CommitRecord};
-use crate::sha::{sum_of, zero_sum};
 use crate::summer::Summer;
+use protocol::sum::zero_sum;
 
 /// Chunk size for re-hashing a fragment's content during recovery.
 const RECOVERY_READ_LEN: usize = 1 << 20;
@@ -256,7 +256,7 @@ impl Spool {
         next.sum = Some(if next.end == next.begin {
             zero_sum()
         } else {
-            sum_of(&self.pending_sum)
+            self.pending_sum.sum()
         });
         next
     }
@@ -784,7 +784,7 @@ async fn recover_fragment(
         journal: journal.to_owned(),
         begin,
         end: scanned.end,
-        sum: Some(sum_of(&sum)),
+        sum: Some(sum.sum()),
         compression_codec: scanned.codec,
         backing_store: String::new(),
         mod_time: 0,
@@ -850,7 +850,7 @@ fn from_unix_ms(ms: i64) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sha::sum_of_bytes;
+    use crate::testing::sum_of_bytes;
     use crate::testing::{labels, run};
     use protocol::CompressionCodec::{Gzip, None as Raw, Snappy};
 

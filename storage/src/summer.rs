@@ -95,6 +95,11 @@ impl Summer {
         b.keep(tail_b);
     }
 
+    /// The wire `SHA1Sum` of everything summed so far; the summer goes on unchanged.
+    pub fn sum(&self) -> protocol::Sha1Sum {
+        protocol::sum::sum_from_bytes(&self.digest())
+    }
+
     /// The 20-byte digest of everything summed so far; the summer goes on unchanged.
     pub fn digest(&self) -> [u8; 20] {
         let mut last = self.clone();

@@ -27,3 +27,12 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> LabelSet {
             .collect(),
     }
 }
+
+/// The wire sum of `content`: the all-zero sum for no content (as fragments carry it).
+pub(crate) fn sum_of_bytes(content: &[u8]) -> protocol::Sha1Sum {
+    use sha1::Digest;
+    if content.is_empty() {
+        return protocol::sum::zero_sum();
+    }
+    protocol::sum::sum_from_bytes(&sha1::Sha1::digest(content).into())
+}

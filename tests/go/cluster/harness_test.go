@@ -32,7 +32,9 @@ const clientZone = "zone-a"
 
 // brokerDef is one broker of a cluster. impl ("courant" or "gazette") and bin
 // (its binary) default to CLUSTER_IMPL and CLUSTER_BIN.
-type brokerDef struct{ zone, id, impl, bin string }
+// netns and host (both or neither) run it in that network namespace, serving on
+// that address (see netfault_test.go).
+type brokerDef struct{ zone, id, impl, bin, netns, host string }
 
 // brokerDefs are the brokers of every cluster (unless clusterOpts.defs says
 // otherwise): two in zone-a, one in zone-b. (Gazette requires an ID suffix of
@@ -152,6 +154,8 @@ type broker struct {
 	port    int
 	dataDir string
 	logPath string
+	netns   string // Network namespace to run in ("": this one).
+	host    string // Address to serve on ("": 127.0.0.1).
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -165,7 +169,14 @@ type broker struct {
 
 func (b *broker) String() string { return b.zone + "/" + b.id }
 
-func (b *broker) addr() string { return fmt.Sprintf("127.0.0.1:%d", b.port) }
+func (b *broker) addr() string { return fmt.Sprintf("%s:%d", b.hostIP(), b.port) }
+
+func (b *broker) hostIP() string {
+	if b.host != "" {
+		return b.host
+	}
+	return "127.0.0.1"
+}
 
 func (b *broker) endpoint() pb.Endpoint { return pb.Endpoint("http://" + b.addr()) }
 
@@ -248,6 +259,8 @@ func newCluster(t *testing.T, opts clusterOpts) *cluster {
 			port:    freePort(t),
 			dataDir: filepath.Join(dir, "data-"+d.id),
 			logPath: filepath.Join(dir, "broker-"+d.id+".log"),
+			netns:   d.netns,
+			host:    d.host,
 		}
 		var conn = (&mbp.AddressConfig{Address: b.endpoint()}).MustDial(ctx)
 		b.direct = pb.NewRoutedJournalClient(pb.NewJournalClient(conn), pb.NoopDispatchRouter{})
@@ -319,13 +332,13 @@ func (b *broker) args() []string {
 		"--etcd.lease", b.c.lease.String(),
 		"--broker.zone", b.zone,
 		"--broker.id", b.id,
-		"--broker.host", "127.0.0.1",
+		"--broker.host", b.hostIP(),
 		"--broker.port", strconv.Itoa(b.port),
 		"--broker.file-root", b.c.shared,
 		"--log.level", level,
 	}
 	if !b.isGazette() {
-		args = append(args, "--broker.bind", "127.0.0.1", "--data-dir", b.dataDir)
+		args = append(args, "--broker.bind", b.hostIP(), "--data-dir", b.dataDir)
 	}
 	if b.impl != implName {
 		return args
@@ -350,6 +363,10 @@ func (b *broker) start() {
 		time.Now().Format(time.RFC3339Nano), b.bin, strings.Join(b.args(), " "))
 
 	var cmd = exec.Command(b.bin, b.args()...)
+	if b.netns != "" {
+		// `ip netns exec` execs the broker itself, so the pid (and kill) stay its own.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", b.netns, b.bin}, b.args()...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = b.c.dir
 	// Never outlive the test process. Pdeathsig fires when the OS *thread*
