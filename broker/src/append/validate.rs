@@ -9,7 +9,6 @@
 
 use crate::mutation::{Mutation, active};
 use protocol::append_request::Suspend as SuspendMode;
-use protocol::journal_spec::Flag;
 use protocol::journal_spec::suspend::Level;
 use protocol::{Fragment, JournalSpec, LabelSelector, LabelSet, Status};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -259,13 +258,8 @@ pub fn suspend_of(spec: Option<&JournalSpec>) -> (Level, i64) {
     }
 }
 
-/// Gazette's MayWrite over the flags a valid spec holds: unspecified, write-only or
-/// read-write (not read-only).
-pub fn may_write(flags: u32) -> bool {
-    [Flag::NotSpecified, Flag::OWronly, Flag::ORdwr]
-        .iter()
-        .any(|f| *f as u32 == flags)
-}
+/// Gazette's MayWrite: unspecified, write-only or read-write (not read-only).
+pub use protocol::flags::may_write;
 
 /// Only ordinary appends may carry content; suspension controls are empty barriers.
 pub fn may_carry_content(mode: i32) -> bool {
@@ -275,6 +269,7 @@ pub fn may_carry_content(mode: i32) -> bool {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use protocol::flags::{NOT_SPECIFIED, O_RDONLY, O_RDWR, O_WRONLY};
     use protocol::journal_spec::Fragment as FragmentSpec;
 
     /// A writable journal with a fresh spool and an empty index, no suspension: the
@@ -291,7 +286,7 @@ pub(super) mod tests {
             wrote_before: false,
             level: Level::None,
             suspend_offset: 0,
-            flags: Flag::NotSpecified as u32,
+            flags: NOT_SPECIFIED,
             flush_interval: 0,
             offset: 0,
             suspend_mode: SuspendMode::Resume as i32,
@@ -405,7 +400,7 @@ pub(super) mod tests {
         assert_eq!(preconditions(&p), reject(Status::IndexHasGreaterOffset));
         // A read-only journal does not care (its appends carry no content).
         let ro = Preconditions {
-            flags: Flag::ORdonly as u32,
+            flags: O_RDONLY,
             ..p
         };
         assert_eq!(offsets(&ro), Ok((None, 0)));
@@ -649,11 +644,11 @@ pub(super) mod tests {
 
     #[test]
     fn flags_and_modes() {
-        assert!(may_write(Flag::NotSpecified as u32));
-        assert!(may_write(Flag::OWronly as u32));
-        assert!(may_write(Flag::ORdwr as u32));
-        assert!(!may_write(Flag::ORdonly as u32));
-        assert!(!may_write(6));
+        assert!(may_write(NOT_SPECIFIED));
+        assert!(may_write(O_WRONLY));
+        assert!(may_write(O_RDWR));
+        assert!(!may_write(O_RDONLY));
+        assert!(!may_write(O_WRONLY | O_RDWR));
         assert!(may_carry_content(SuspendMode::Resume as i32));
         assert!(may_carry_content(SuspendMode::NoResume as i32));
         assert!(!may_carry_content(SuspendMode::IfFlushed as i32));
