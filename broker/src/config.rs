@@ -4,6 +4,9 @@
 use clap::Args;
 use std::path::PathBuf;
 
+/// Shortest etcd lease `--etcd.lease` accepts (as its help says).
+const MIN_LEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeConfig {
     /// Zone of this broker's ProcessSpec.ID.
@@ -229,7 +232,7 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 /// `--etcd.lease`: a Go duration of at least one second (etcd's lease granularity).
 pub fn parse_lease(text: &str) -> Result<std::time::Duration, String> {
     let lease = parse_duration(text)?;
-    if lease < std::time::Duration::from_secs(1) {
+    if lease < MIN_LEASE {
         return Err(format!("{text:?} is shorter than the 1s minimum"));
     }
     Ok(lease)

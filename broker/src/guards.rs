@@ -10,6 +10,11 @@ use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
+/// Wait between attempts to claim a port held by a dead broker's listeners.
+const PORT_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+/// A port claim slower than this is logged.
+const SLOW_CLAIM: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Name of the lock file in the data dir. It holds the PID of the broker holding it.
 pub const LOCK_FILE: &str = "courant.lock";
 
@@ -110,12 +115,12 @@ fn claim_port_within(
         match probe_bind(host, port) {
             Ok(()) => break,
             Err((true, _)) if started.elapsed() < grace => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::thread::sleep(PORT_RETRY);
             }
             Err((_, msg)) => return Err(msg),
         }
     }
-    if started.elapsed() > std::time::Duration::from_millis(100) {
+    if started.elapsed() > SLOW_CLAIM {
         tracing::info!(port, waited = ?started.elapsed(), "the port was held by a listener that went away");
     }
     Ok(claim)

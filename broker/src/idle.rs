@@ -10,6 +10,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+/// Shortest wait between idle checks of a connection.
+const IDLE_POLL_MIN: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Default of `--tpc.h2-idle-timeout`.
 pub const DEFAULT_H2_IDLE_TIMEOUT: &str = "5m";
 /// How long an idle connection sent GOAWAY may take to close before it is dropped (a
@@ -71,7 +74,7 @@ impl Activity {
     /// Resolves once the connection has had no call in flight for `timeout`.
     pub async fn idle_for(&self, timeout: Duration) {
         while let Some(wait) = self.remaining(timeout, Instant::now()) {
-            glommio::timer::sleep(wait.max(Duration::from_millis(50))).await;
+            glommio::timer::sleep(wait.max(IDLE_POLL_MIN)).await;
         }
     }
 }

@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// How often each core samples its executor's statistics.
+const EXECUTOR_SAMPLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// RPC operations, in the order of the per-operation counters.
 pub const OPERATIONS: [&str; 8] = [
     "Append",
@@ -172,7 +175,7 @@ pub async fn sample_executor() {
             c.busy_ns.store(busy, Relaxed);
             c.tasks.store(stats.tasks_executed(), Relaxed);
         });
-        glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+        glommio::timer::sleep(EXECUTOR_SAMPLE).await;
     }
 }
 

@@ -21,6 +21,9 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+/// How often idle journals are checked for a pulse when the keyspace is quiet.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Gazette's health-check interval: how often an idle journal is pulsed.
 const PULSE_INTERVAL: Duration = Duration::from_secs(60);
 /// How long one pulse may take before it is abandoned (and retried).
@@ -79,7 +82,7 @@ pub async fn run(core: Rc<Core>) {
         }
         // Wake on the next keyspace change, or to pulse idle journals.
         let changed = futures_lite::future::or(async { rx.changed().await.is_ok() }, async {
-            glommio::timer::sleep(Duration::from_secs(5)).await;
+            glommio::timer::sleep(IDLE_CHECK).await;
             true
         })
         .await;

@@ -23,6 +23,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+/// Wait after a failed accept (EMFILE and friends) before accepting again.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long a connection may take to complete the HTTP/2 preface.
+const H2_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub fn run(cfg: ServeConfig) -> Result<(), String> {
     use protocol::validate::Validate;
     let cfg = Arc::new(cfg);
@@ -219,7 +224,7 @@ async fn debug_accept_loop(core: Rc<Core>, port: u16) {
             }
             Some(Err(err)) => {
                 tracing::warn!(%err, "debug port accept failed");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
+                glommio::timer::sleep(ACCEPT_BACKOFF).await;
             }
         }
     }
@@ -276,7 +281,7 @@ async fn accept_loop(
             Err(err) => {
                 // EMFILE and friends: back off rather than spin, keep serving.
                 tracing::warn!(core = core.index, %err, "accept failed");
-                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+                glommio::timer::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
@@ -391,7 +396,7 @@ where
         .handshake::<_, bytes::Bytes>(io);
     // A peer that never completes the HTTP/2 preface must not hold a connection forever.
     let conn = future::or(async { Some(handshake.await) }, async {
-        glommio::timer::sleep(std::time::Duration::from_secs(10)).await;
+        glommio::timer::sleep(H2_HANDSHAKE_TIMEOUT).await;
         None
     })
     .await;

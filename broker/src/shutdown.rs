@@ -11,6 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How often the exit path checks that the keyspace drained.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How often the exit path checks for appends still in flight.
+const APPEND_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Longest wait for in-flight appends before blocked reads are ended and the process exits
 /// (Gazette's graceful-stop timeout is 15 s; Kubernetes' default grace period is 30 s).
 pub const APPEND_GRACE: Duration = Duration::from_secs(10);
@@ -83,7 +88,7 @@ pub fn install() -> Result<(), String> {
                 STAGE.send_replace(Stage::Exiting);
                 let deadline = Instant::now() + EXIT_DRAIN_LIMIT;
                 while !DRAINED.load(Ordering::Relaxed) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(DRAIN_POLL);
                 }
                 if !DRAINED.load(Ordering::Relaxed) {
                     tracing::warn!(
@@ -97,7 +102,7 @@ pub fn install() -> Result<(), String> {
             STAGE.send_replace(Stage::Draining);
             let deadline = Instant::now() + APPEND_GRACE;
             while crate::metrics::appends_in_flight() > 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(APPEND_POLL);
             }
             let pending = crate::metrics::appends_in_flight();
             if pending > 0 {

@@ -40,6 +40,19 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Shortest lease renewal interval, however short the lease.
+const MIN_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long connecting to etcd may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// gRPC keep-alive pings to etcd: interval.
+const GRPC_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
+/// gRPC keep-alive pings to etcd: how long an unanswered ping may wait.
+const GRPC_KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Longest wait before retrying a failed keyspace operation (Gazette's wait).
+const MAX_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long revoking the lease at exit may take.
+const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// How to reach etcd and what to announce.
 pub struct Config {
     pub address: String,
@@ -130,7 +143,7 @@ pub struct Etcd {
 
 /// How often Gazette's etcd session renews its lease: a third of the TTL.
 fn keep_alive_interval(ttl: Duration) -> Duration {
-    (ttl / 3).max(Duration::from_millis(200))
+    (ttl / 3).max(MIN_KEEP_ALIVE)
 }
 
 fn err(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
@@ -141,8 +154,8 @@ impl Etcd {
     /// Connects, grants the lease, announces this broker and loads the keyspace.
     pub async fn connect(cfg: &Config) -> Result<Etcd, String> {
         let mut opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(GRPC_KEEP_ALIVE, GRPC_KEEP_ALIVE_TIMEOUT)
             .with_require_leader(true);
         if let Some(tls) = cfg.tls.options(&cfg.address)? {
             opts = opts.with_tls(tls);
@@ -195,7 +208,7 @@ impl Etcd {
             }
             // Retry well within our own lease's TTL (Gazette waits 10 s, which would let a
             // short lease lapse), renewing it first.
-            let wait = keep_alive_interval(cfg.lease_ttl).min(Duration::from_secs(10));
+            let wait = keep_alive_interval(cfg.lease_ttl).min(MAX_RETRY_WAIT);
             tracing::warn!(%key, ?holder, ?wait, "member key is held by another lease (a previous process?); retrying");
             let (mut keeper, mut responses) = client
                 .lease_keep_alive(lease)
@@ -589,7 +602,7 @@ impl Etcd {
                     // Revoking deletes our member key (and any assignment under our lease).
                     revoked = true;
                     let revoke = self.client.lease_revoke(self.lease);
-                    match tokio::time::timeout(Duration::from_millis(250), revoke).await {
+                    match tokio::time::timeout(REVOKE_TIMEOUT, revoke).await {
                         Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
                         Ok(Err(e)) => tracing::warn!(%e, "revoking the etcd lease"),
                         Err(_) => tracing::warn!("revoking the etcd lease timed out"),

@@ -28,6 +28,9 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use protocol::validate::GoUrl;
 use std::time::Duration;
 
+/// How long connecting to the GCS endpoint may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Largest upload sent as one request.
 pub const SINGLE_PUT_MAX: u64 = 8 << 20;
 /// Chunk of a resumable upload (a multiple of 256 KiB, as GCS requires).
@@ -227,7 +230,7 @@ impl GcsStore {
             }
         };
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| format!("building the gcs http client: {e}"))?;
         Ok(GcsStore {

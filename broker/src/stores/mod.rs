@@ -32,6 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Lifetime of the signed URL a health check probes.
+const PROBE_URL_LIFETIME: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// A store operation's failure.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -246,7 +249,7 @@ pub async fn run_health_check(active: &ActiveStore) -> StoreResult<()> {
         return Err(StoreError::new("health check LIST did not find test file"));
     }
     let url = store
-        .sign_get(PATH, Duration::from_secs(300))
+        .sign_get(PATH, PROBE_URL_LIFETIME)
         .await
         .map_err(|e| err("SignGet", e))?;
     if url.starts_with("http") {

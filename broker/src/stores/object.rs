@@ -32,6 +32,9 @@ use object_store::{
 use protocol::validate::{GoUrl, StoreQueryArgs};
 use std::time::Duration;
 
+/// How long object_store retries one request before giving up.
+const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub const SINGLE_PUT_MAX: u64 = 8 << 20;
 pub const PART_SIZE: usize = 5 << 20;
 pub const PARTS_IN_FLIGHT: usize = 2;
@@ -126,7 +129,7 @@ pub struct ObjectStoreBackend {
 fn retry() -> RetryConfig {
     RetryConfig {
         max_retries: 2,
-        retry_timeout: Duration::from_secs(10),
+        retry_timeout: RETRY_TIMEOUT,
         ..Default::default()
     }
 }

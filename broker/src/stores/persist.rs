@@ -41,6 +41,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 
+/// Bound on one store health check (a probe that hangs counts as a failure).
+const HEALTH_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Bound on one upload attempt: Gazette's generous timeout against wedged uploads.
+const UPLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// First wait before retrying a failed upload; doubles per failure.
+const UPLOAD_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+/// Longest wait between upload retries.
+const UPLOAD_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A gauge held up by one for as long as the guard lives (also when its future is
 /// dropped, e.g. by a timeout).
 struct Gauge(&'static AtomicI64);
@@ -316,7 +325,7 @@ impl Service {
             StoreMsg::CheckDelete { url, prefix, reply } => {
                 let active = self.active(&url);
                 let probe = tokio::time::timeout(
-                    Duration::from_secs(60),
+                    HEALTH_PROBE_TIMEOUT,
                     super::check_delete(&active, &prefix),
                 )
                 .await
@@ -377,7 +386,7 @@ impl Service {
     }
 
     async fn persist(&self, job: PersistJob) -> PersistOutcome {
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = UPLOAD_BACKOFF_FIRST;
         // Fixed once, so that every attempt computes the same postfix (hence the same
         // content-addressed path).
         let first_append = job.first_append.unwrap_or_else(std::time::SystemTime::now);
@@ -414,7 +423,7 @@ impl Service {
                 self.persist_once(&job, &url, &spec, first_append).await
             };
             // Gazette's generous timeout against wedged uploads.
-            let outcome = tokio::time::timeout(Duration::from_secs(300), attempt)
+            let outcome = tokio::time::timeout(UPLOAD_TIMEOUT, attempt)
                 .await
                 .unwrap_or_else(|_| Err(StoreError::new("upload timed out after 5 minutes")));
             match outcome {
@@ -426,7 +435,7 @@ impl Service {
                     metrics::UPLOADS_FAILED.fetch_add(1, Relaxed);
                     tracing::warn!(journal = %job.fragment.journal, begin = job.fragment.begin, end = job.fragment.end, store = %url, error = %e, retry_in = ?backoff, "failed to persist fragment (will retry)");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    backoff = (backoff * 2).min(UPLOAD_BACKOFF_MAX);
                 }
             }
         }
@@ -636,10 +645,9 @@ impl<R: Read> Read for HashingReader<R> {
 async fn check_loop(active: Arc<ActiveStore>) {
     let mut failed: u32 = 0;
     loop {
-        let result =
-            tokio::time::timeout(Duration::from_secs(60), super::run_health_check(&active))
-                .await
-                .unwrap_or_else(|_| Err(StoreError::new("health check timed out")));
+        let result = tokio::time::timeout(HEALTH_PROBE_TIMEOUT, super::run_health_check(&active))
+            .await
+            .unwrap_or_else(|_| Err(StoreError::new("health check timed out")));
         let ok = result.is_ok();
         match &result {
             Ok(()) => tracing::info!(store = %active.url, "store health check succeeded"),
