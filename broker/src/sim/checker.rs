@@ -1,0 +1,134 @@
+//! The simulator's checker: what every run must satisfy, whatever the faults.
+//!
+//! 1. Every acknowledged append's bytes are, at its offsets, readable from every live member
+//!    of its journal's Route after healing: from the member's own fragment files (what its
+//!    fragment index holds locally) or from the store.
+//! 2. No offset of a journal ever holds two contents: not on two brokers, not on one broker
+//!    at two times (across crashes too), not in the store, not in two acknowledgements.
+//! 3. A journal's write head never goes back: an append that starts after another was
+//!    acknowledged lands after it, and acknowledged ranges never overlap.
+//! 4. Every fragment the store receives has the SHA-1 of its bytes.
+//! 5. Liveness: once faults stop, every journal accepts an append within a few attempts.
+//!
+//! Lives on: the simulation's one executor thread.
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// An acknowledged append.
+pub struct Ack {
+    pub journal: usize,
+    pub begin: i64,
+    pub bytes: Bytes,
+    pub step: usize,
+}
+
+#[derive(Default)]
+pub struct Checker {
+    /// Per journal: offset → (byte, who first said so).
+    history: Vec<BTreeMap<i64, (u8, usize)>>,
+    sources: Vec<String>,
+    pub acks: Vec<Ack>,
+    /// Per journal, the end of the last acknowledged append.
+    pub heads: Vec<i64>,
+}
+
+impl Checker {
+    pub fn new(journals: usize) -> Checker {
+        Checker {
+            history: vec![BTreeMap::new(); journals],
+            heads: vec![0; journals],
+            ..Default::default()
+        }
+    }
+
+    /// Invariant 2: records that `source` holds `bytes` at `offset` of journal `j`.
+    pub fn record(&mut self, j: usize, offset: i64, bytes: &[u8], source: &str) -> Result<(), String> {
+        let id = match self.sources.iter().position(|s| s == source) {
+            Some(id) => id,
+            None => {
+                self.sources.push(source.to_string());
+                self.sources.len() - 1
+            }
+        };
+        for (i, &byte) in bytes.iter().enumerate() {
+            let at = offset + i as i64;
+            match self.history[j].get(&at) {
+                None => {
+                    self.history[j].insert(at, (byte, id));
+                }
+                Some((seen, _)) if *seen == byte => {}
+                Some((seen, by)) => {
+                    return Err(format!(
+                        "invariant 2: offset {at} of journal-{j} holds {:?} ({}) and {:?} ({source})",
+                        *seen as char, self.sources[*by], byte as char
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Invariants 2 and 3 for an acknowledged append that started when the head was
+    /// `head_at_start`.
+    pub fn acknowledged(
+        &mut self,
+        j: usize,
+        begin: i64,
+        end: i64,
+        bytes: Bytes,
+        head_at_start: i64,
+        step: usize,
+    ) -> Result<(), String> {
+        if end - begin != bytes.len() as i64 {
+            return Err(format!(
+                "journal-{j}: an append of {} bytes was acknowledged as [{begin}, {end})",
+                bytes.len()
+            ));
+        }
+        if begin < head_at_start {
+            return Err(format!(
+                "invariant 3: journal-{j}'s write head went back: an append acknowledged at \
+                 [{begin}, {end}) started when [.., {head_at_start}) was acknowledged"
+            ));
+        }
+        if let Some(a) = self
+            .acks
+            .iter()
+            .find(|a| a.journal == j && a.begin < end && begin < a.begin + a.bytes.len() as i64)
+        {
+            return Err(format!(
+                "invariant 3: journal-{j}: acknowledged appends [{}, {}) (step {}) and \
+                 [{begin}, {end}) overlap",
+                a.begin,
+                a.begin + a.bytes.len() as i64,
+                a.step
+            ));
+        }
+        self.record(j, begin, &bytes, &format!("the append acknowledged at step {step}"))?;
+        self.heads[j] = self.heads[j].max(end);
+        self.acks.push(Ack {
+            journal: j,
+            begin,
+            bytes,
+            step,
+        });
+        Ok(())
+    }
+}
+
+/// What one broker (or the store) can read of a journal: offset ranges and their bytes.
+#[derive(Default)]
+pub struct Readable {
+    pub ranges: Vec<(i64, Bytes)>,
+}
+
+impl Readable {
+    /// The bytes at [begin, begin + len), if one range holds them all.
+    pub fn read(&self, begin: i64, len: usize) -> Option<&[u8]> {
+        self.ranges.iter().find_map(|(at, bytes)| {
+            let from = usize::try_from(begin - at).ok()?;
+            bytes.get(from..from + len)
+        })
+    }
+}
