@@ -72,6 +72,8 @@ const HEAL_ATTEMPTS: usize = 8;
 const HEAL_EVENTS: usize = 400;
 /// Rounds in which no task ran before the executor counts as settled.
 const IDLE_ROUNDS: u32 = 2;
+/// The long round of [`settle`], in microseconds.
+const DEEP_ROUND_US: u64 = 300;
 
 /// splitmix64: tiny, and good enough to drive a simulation.
 pub struct Rng(u64);
@@ -262,10 +264,16 @@ async fn settle() {
     let ex = glommio::executor();
     let _ = ex.executor_stats();
     let mut idle = 0;
-    while idle < IDLE_ROUNDS {
-        glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+    loop {
+        // Short rounds while tasks run; once idle, one long round lets disk I/O that the
+        // kernel completes asynchronously (io-wq, glommio's syscall thread) come back.
+        let wait = if idle < IDLE_ROUNDS { 1 } else { DEEP_ROUND_US };
+        glommio::timer::sleep(std::time::Duration::from_micros(wait)).await;
         if ex.executor_stats().tasks_executed() <= 1 {
             idle += 1;
+            if idle > IDLE_ROUNDS {
+                return;
+            }
         } else {
             idle = 0;
         }
@@ -313,7 +321,7 @@ impl Sim {
                 name: journal_name(j),
                 replication: sim.cfg.replication as i32,
                 fragment: Some(protocol::journal_spec::Fragment {
-                    length: sim.rng.pick(&[24, 64, 1 << 20]),
+                    length: sim.rng.pick(&[1024, 1024, 1 << 20]),
                     compression_codec: protocol::CompressionCodec::None as i32,
                     stores: vec![STORE.into()],
                     refresh_interval: Some(prost_types::Duration {
@@ -324,6 +332,7 @@ impl Sim {
                 }),
                 ..Default::default()
             };
+            protocol::validate::Validate::validate(&spec).map_err(|e| e.to_string())?;
             ops.push(Op::put(item_key(ROOT, &spec.name), spec.encode_to_vec()));
         }
         sim.world.keyspace.borrow_mut().txn(&[], &ops);
@@ -587,6 +596,7 @@ impl Sim {
             self.stats.breaks += 1;
             self.net.break_link(id);
         } else {
+            self.log(format!("deliver: {item:?}"));
             self.net.deliver(item);
         }
     }
@@ -625,7 +635,7 @@ impl Sim {
         };
         self.stats.appends += 1;
         let tag = format!("<{}.{}>", self.step, j);
-        let len = self.rng.range(0, 12);
+        let len = self.rng.range(0, 60);
         let mut content = tag.into_bytes();
         content.extend((0..len).map(|i| b'a' + ((self.step + i) % 26) as u8));
         let bytes = Bytes::from(content);
