@@ -230,10 +230,19 @@ struct InFlight {
     started: usize,
 }
 
+/// Brokers alternate between two zones, so the allocator spreads Routes over both.
+fn zone(b: usize) -> String {
+    if b % 2 == 0 { "zone-a" } else { "zone-b" }.to_string()
+}
+
+fn suffix(b: usize) -> String {
+    format!("broker-{b}")
+}
+
 fn broker_id(b: usize) -> Id {
     Id {
-        zone: "sim".into(),
-        suffix: format!("broker-{b}"),
+        zone: zone(b),
+        suffix: suffix(b),
     }
 }
 
@@ -387,7 +396,7 @@ impl Sim {
             exiting: false,
         };
         let op = Op::Put {
-            key: member_key(ROOT, "sim", &format!("broker-{b}")),
+            key: member_key(ROOT, &zone(b), &suffix(b)),
             value: spec.encode_to_vec().into(),
             lease: PutLease::Id(lease),
         };
@@ -400,7 +409,7 @@ impl Sim {
 
     fn assign_op(&self, j: usize, b: usize, slot: u32, value: Bytes) -> Op {
         Op::Put {
-            key: assign_key(ROOT, &journal_name(j), "sim", &format!("broker-{b}"), slot),
+            key: assign_key(ROOT, &journal_name(j), &zone(b), &suffix(b), slot),
             value,
             lease: PutLease::Id(self.lease_of(b)),
         }
@@ -488,7 +497,7 @@ impl Sim {
     fn restart(&mut self, b: usize) {
         self.log(format!("restart: broker-{b}"));
         let snap = self.world.keyspace.borrow().latest();
-        let member = member_key(ROOT, "sim", &format!("broker-{b}"));
+        let member = member_key(ROOT, &zone(b), &suffix(b));
         if !snap.keys.contains_key(&member) {
             self.announce(b);
         }
@@ -579,7 +588,9 @@ impl Sim {
             self.start_append(None);
             return;
         }
-        self.allocate(false);
+        if self.rng.chance(500) {
+            self.allocate(false);
+        }
         let items = self.net.deliverable();
         if !items.is_empty() {
             let item = self.rng.pick(&items);
@@ -745,87 +756,101 @@ impl Sim {
         Ok(())
     }
 
-    /// The allocator: fills Routes to their replication, promotes a primary, and (when
-    /// `change`) moves a consistent journal: adds a surplus member, removes one, or hands
-    /// the primary role to another member.
+    /// The allocator: the real one's plan (`crate::allocator::plan`, as its leader computes
+    /// it: additions, promotions, removals of surplus members of consistent journals), and
+    /// when `change`, a change it would not make by itself: a surplus member added, or the
+    /// primary role handed to another member of a consistent journal.
     fn allocate(&mut self, change: bool) {
         let snap = self.world.keyspace.borrow().latest();
-        for j in 0..self.cfg.journals {
-            let name = journal_name(j);
-            let assignments = snap.assignments.get(&name).cloned().unwrap_or_default();
-            let route = snap.assigned_route(&name);
-            let (members, primary) = self.route(&snap, j);
-            let consistent = !assignments.is_empty()
-                && assignments
-                    .iter()
-                    .all(|a| crate::replicate::equivalent(&a.value, &route));
-            let candidates: Vec<usize> = (0..self.brokers.len())
-                .filter(|b| !members.contains(b))
-                .filter(|b| {
-                    snap.members
-                        .contains_key(&("sim".to_string(), format!("broker-{b}")))
-                })
-                .collect();
-            let slot_of = |b: usize| {
-                assignments
-                    .iter()
-                    .find(|a| a.suffix == format!("broker-{b}"))
-                    .map(|a| a.slot)
-            };
-            let free_slot = (0..).find(|s| !assignments.iter().any(|a| a.slot == *s));
-            let mut ops = Vec::new();
-            let mut what = String::new();
-            if members.len() < self.cfg.replication && !candidates.is_empty() {
-                let b = self.rng.pick(&candidates);
-                let slot = if primary.is_none() { 0 } else { free_slot.unwrap_or(9) };
-                ops.push(self.assign_op(j, b, slot, Bytes::new()));
-                what = format!("add broker-{b} to journal-{j} (slot {slot})");
-            } else if primary.is_none() && consistent && !members.is_empty() {
-                let b = self.rng.pick(&members);
-                let old = slot_of(b).expect("a member");
-                ops.push(Op::Delete {
-                    key: assign_key(ROOT, &name, "sim", &format!("broker-{b}"), old),
-                });
-                ops.push(self.assign_op(j, b, 0, Bytes::new()));
-                what = format!("promote broker-{b} in journal-{j}");
-            } else if change && consistent {
-                if members.len() > self.cfg.replication {
-                    let b = self.rng.pick(&members);
-                    let slot = slot_of(b).expect("a member");
-                    ops.push(Op::Delete {
-                        key: assign_key(ROOT, &name, "sim", &format!("broker-{b}"), slot),
-                    });
-                    what = format!("remove broker-{b} from journal-{j}");
-                } else if !candidates.is_empty() && self.rng.chance(500) {
-                    let b = self.rng.pick(&candidates);
-                    let slot = free_slot.unwrap_or(9).max(1);
-                    ops.push(self.assign_op(j, b, slot, Bytes::new()));
-                    what = format!("add surplus broker-{b} to journal-{j}");
-                } else if let Some(p) = primary
-                    && members.len() > 1
-                {
-                    let others: Vec<usize> =
-                        members.iter().copied().filter(|&m| m != p).collect();
-                    let b = self.rng.pick(&others);
-                    let slot = slot_of(b).expect("a member");
-                    ops.push(Op::Delete {
-                        key: assign_key(ROOT, &name, "sim", &format!("broker-{p}"), 0),
-                    });
-                    ops.push(Op::Delete {
-                        key: assign_key(ROOT, &name, "sim", &format!("broker-{b}"), slot),
-                    });
-                    ops.push(self.assign_op(j, p, slot, Bytes::new()));
-                    ops.push(self.assign_op(j, b, 0, Bytes::new()));
-                    what = format!("hand journal-{j}'s primary from broker-{p} to broker-{b}");
+        if change {
+            self.inject_route_change(&snap);
+            return;
+        }
+        let leader = snap
+            .members
+            .iter()
+            .min_by_key(|(id, m)| (m.create_revision, (*id).clone()))
+            .map(|(id, _)| id.clone());
+        let Some(leader) = leader else { return };
+        let txns = crate::allocator::plan(&snap, ROOT, &leader, 0);
+        if let Some(txn) = txns.into_iter().next() {
+            let out = self
+                .world
+                .keyspace
+                .borrow_mut()
+                .txn(&txn.compares, &txn.ops);
+            if out.succeeded {
+                self.stats.route_changes += 1;
+                let after = self.world.keyspace.borrow().latest();
+                for j in 0..self.cfg.journals {
+                    let (members, primary) = self.route(&after, j);
+                    if self.route(&snap, j) != (members.clone(), primary) {
+                        self.log(format!(
+                            "allocator: journal-{j} is {members:?} primary {primary:?} \
+                             (revision {})",
+                            out.revision
+                        ));
+                    }
                 }
             }
-            if !ops.is_empty() {
-                self.stats.route_changes += 1;
-                let out = self.world.keyspace.borrow_mut().txn(&[], &ops);
-                self.log(format!("allocator: {what} (revision {})", out.revision));
-                return;
-            }
         }
+    }
+
+    fn inject_route_change(&mut self, snap: &Snapshot) {
+        let j = self.rng.below(self.cfg.journals);
+        let name = journal_name(j);
+        if !crate::allocator::is_consistent(snap, &name) {
+            return;
+        }
+        let assignments = snap.assignments.get(&name).cloned().unwrap_or_default();
+        let (members, primary) = self.route(snap, j);
+        let candidates: Vec<usize> = (0..self.brokers.len())
+            .filter(|b| !members.contains(b))
+            .filter(|&b| snap.members.contains_key(&(zone(b), suffix(b))))
+            .collect();
+        let slot_of = |b: usize| {
+            assignments
+                .iter()
+                .find(|a| a.suffix == suffix(b))
+                .map(|a| a.slot)
+        };
+        let free_slot = (1..)
+            .find(|s| !assignments.iter().any(|a| a.slot == *s))
+            .unwrap_or(1);
+        let mut ops = Vec::new();
+        let what;
+        if !candidates.is_empty() && self.rng.chance(500) {
+            let b = self.rng.pick(&candidates);
+            ops.push(self.assign_op(j, b, free_slot, Bytes::new()));
+            what = format!("add surplus broker-{b} to journal-{j}");
+        } else if let Some(p) = primary
+            && members.len() > 1
+        {
+            let others: Vec<usize> = members.iter().copied().filter(|&m| m != p).collect();
+            let b = self.rng.pick(&others);
+            let Some(slot) = slot_of(b) else { return };
+            let value = |m: usize| {
+                assignments
+                    .iter()
+                    .find(|a| a.suffix == suffix(m))
+                    .map(|a| Bytes::from(a.value.encode_to_vec()))
+                    .unwrap_or_default()
+            };
+            ops.push(Op::Delete {
+                key: assign_key(ROOT, &name, &zone(p), &suffix(p), 0),
+            });
+            ops.push(Op::Delete {
+                key: assign_key(ROOT, &name, &zone(b), &suffix(b), slot),
+            });
+            ops.push(self.assign_op(j, p, slot, value(p)));
+            ops.push(self.assign_op(j, b, 0, value(b)));
+            what = format!("hand journal-{j}'s primary from broker-{p} to broker-{b}");
+        } else {
+            return;
+        }
+        self.stats.route_changes += 1;
+        let out = self.world.keyspace.borrow_mut().txn(&[], &ops);
+        self.log(format!("operator: {what} (revision {})", out.revision));
     }
 
     // ----- Healing and checking -----
