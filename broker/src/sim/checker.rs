@@ -13,7 +13,7 @@
 //! Lives on: the simulation's one executor thread.
 
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// An acknowledged append.
 pub struct Ack {
@@ -21,6 +21,8 @@ pub struct Ack {
     pub begin: i64,
     pub bytes: Bytes,
     pub step: usize,
+    /// Members of the Route it was acknowledged through whose lease has not expired since.
+    pub holders: BTreeSet<usize>,
 }
 
 #[derive(Default)]
@@ -79,6 +81,7 @@ impl Checker {
         bytes: Bytes,
         head_at_start: i64,
         step: usize,
+        holders: BTreeSet<usize>,
     ) -> Result<(), String> {
         if end - begin != bytes.len() as i64 {
             return Err(format!(
@@ -112,8 +115,59 @@ impl Checker {
             begin,
             bytes,
             step,
+            holders,
         });
         Ok(())
+    }
+
+    /// Broker `b`'s lease expired: it holds no acknowledged append any more. An append
+    /// whose every holder is gone before the store had it is lost, as in Gazette (a
+    /// journal's spools die with its brokers): it is forgotten, and its offsets may be
+    /// written again. Returns a line per forgotten append.
+    pub fn lost_holder(&mut self, b: usize, store: &super::world::Store) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut i = 0;
+        while i < self.acks.len() {
+            let a = &mut self.acks[i];
+            a.holders.remove(&b);
+            let end = a.begin + a.bytes.len() as i64;
+            let stored = store
+                .fragments
+                .get(&super::journal_name(a.journal))
+                .is_some_and(|m| m.values().any(|s| s.fragment.begin <= a.begin && end <= s.fragment.end));
+            if !a.holders.is_empty() || stored {
+                i += 1;
+                continue;
+            }
+            let a = self.acks.remove(i);
+            lines.push(format!(
+                "lost: journal-{} [{}, {end}) acknowledged at step {}: every holder's lease expired",
+                a.journal, a.begin, a.step
+            ));
+            let history = &mut self.history[a.journal];
+            let gone: Vec<i64> = history.range(a.begin..).map(|(k, _)| *k).collect();
+            for k in gone {
+                history.remove(&k);
+            }
+            // What is still held stays history.
+            let kept: Vec<(i64, Bytes)> = self
+                .acks
+                .iter()
+                .filter(|x| x.journal == a.journal && x.begin >= a.begin)
+                .map(|x| (x.begin, x.bytes.clone()))
+                .collect();
+            for (at, bytes) in kept {
+                let _ = self.record(a.journal, at, &bytes, "a held acknowledgement");
+            }
+            self.heads[a.journal] = self
+                .acks
+                .iter()
+                .filter(|x| x.journal == a.journal)
+                .map(|x| x.begin + x.bytes.len() as i64)
+                .max()
+                .unwrap_or(0);
+        }
+        lines
     }
 }
 

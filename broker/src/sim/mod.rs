@@ -215,6 +215,8 @@ struct Broker {
     lease: i64,
     /// The step it restarts at, while down.
     down_until: usize,
+    /// Whether its lease expired since it crashed.
+    expired: bool,
 }
 
 /// A client's append in flight.
@@ -305,6 +307,7 @@ impl Sim {
                 dir: dir.path().join(format!("broker-{b}")),
                 lease: 0,
                 down_until: 0,
+                expired: false,
             })
             .collect();
         let mut sim = Sim {
@@ -476,15 +479,24 @@ impl Sim {
         for a in self.appends.iter_mut().filter(|a| a.broker == b) {
             a.task = None;
         }
-        let expire = self.rng.chance(self.cfg.expiry);
-        self.log(format!(
-            "crash: broker-{b} (down for {down_for} steps{})",
-            if expire { ", its lease expires" } else { "" }
-        ));
-        if expire {
-            self.stats.expiries += 1;
-            let lease = self.lease_of(b);
-            self.world.keyspace.borrow_mut().expire(lease);
+        self.brokers[b].expired = false;
+        self.log(format!("crash: broker-{b} (down for {down_for} steps)"));
+        if self.rng.chance(self.cfg.expiry) {
+            self.expire(b);
+        }
+    }
+
+    /// etcd expires broker `b`'s lease: its member key and assignments are deleted. A
+    /// restarted broker waits for this before it announces itself again (as Gazette's).
+    fn expire(&mut self, b: usize) {
+        self.stats.expiries += 1;
+        self.brokers[b].expired = true;
+        let lease = self.lease_of(b);
+        self.world.keyspace.borrow_mut().expire(lease);
+        self.log(format!("expiry: broker-{b}'s lease"));
+        let forfeited = self.checker.lost_holder(b, &self.world.store.borrow());
+        for line in forfeited {
+            self.log(line);
         }
     }
 
@@ -495,12 +507,11 @@ impl Sim {
     }
 
     fn restart(&mut self, b: usize) {
-        self.log(format!("restart: broker-{b}"));
-        let snap = self.world.keyspace.borrow().latest();
-        let member = member_key(ROOT, &zone(b), &suffix(b));
-        if !snap.keys.contains_key(&member) {
-            self.announce(b);
+        if !self.brokers[b].expired {
+            self.expire(b);
         }
+        self.log(format!("restart: broker-{b}"));
+        self.announce(b);
         self.start(b);
     }
 
@@ -652,7 +663,9 @@ impl Sim {
         let bytes = Bytes::from(content);
         let (mut input, mut output, client) = crate::call::channel_call();
         let split = self.rng.below(bytes.len());
-        for chunk in [bytes.slice(..split), bytes.slice(split..), Bytes::new()] {
+        let chunks = [bytes.slice(..split), bytes.slice(split..)];
+        let chunks = chunks.into_iter().filter(|c| !c.is_empty());
+        for chunk in chunks.chain([Bytes::new()]) {
             let req = AppendRequest {
                 content: chunk,
                 ..Default::default()
@@ -730,6 +743,11 @@ impl Sim {
                         a.journal, commit.begin, commit.end, a.broker, a.started
                     ));
                     let step = self.step;
+                    let holders = resp
+                        .header
+                        .and_then(|h| h.route)
+                        .map(|r| r.members.iter().map(broker_index).collect())
+                        .unwrap_or_default();
                     if let Err(e) = self.checker.acknowledged(
                         a.journal,
                         commit.begin,
@@ -737,6 +755,7 @@ impl Sim {
                         a.bytes.clone(),
                         a.head_at_start,
                         step,
+                        holders,
                     ) {
                         return self.fail(e);
                     }
