@@ -230,6 +230,8 @@ struct InFlight {
     response: Option<AppendResponse>,
     head_at_start: i64,
     started: usize,
+    /// An append at an explicit offset (a head reset).
+    reset: bool,
 }
 
 /// Brokers alternate between two zones, so the allocator spreads Routes over both.
@@ -266,6 +268,8 @@ struct Sim {
     stats: Stats,
     /// Partitions and the step each heals at.
     partitions: Vec<(usize, usize, usize)>,
+    /// Journals whose next append resets the head.
+    reset_head: Vec<bool>,
     _dir: tempfile::TempDir,
 }
 
@@ -314,6 +318,7 @@ impl Sim {
             seed,
             rng,
             checker: Checker::new(cfg.journals),
+            reset_head: vec![false; cfg.journals],
             cfg,
             net,
             world,
@@ -672,9 +677,19 @@ impl Sim {
             };
             let _ = client.requests.try_send(Ok(req.encode_to_vec().into()));
         }
+        // After INDEX_HAS_GREATER_OFFSET, the operator resets the head (`gazctl journals
+        // reset-head`): an append at the listed write head.
+        let offset = if self.reset_head[j] {
+            let store = self.world.store.borrow();
+            let fragments = store.list(&journal_name(j));
+            fragments.iter().map(|f| f.end).max().unwrap_or(0)
+        } else {
+            0
+        };
         let req = AppendRequest {
             journal: journal_name(j),
             do_not_proxy: true,
+            offset,
             ..Default::default()
         };
         self.log(format!(
@@ -701,6 +716,7 @@ impl Sim {
             task: Some(task),
             response: None,
             head_at_start: self.checker.heads[j],
+            reset: offset != 0,
             started: self.step,
         });
     }
@@ -736,6 +752,9 @@ impl Sim {
             let resp = a.response.clone().unwrap_or_default();
             match outcome {
                 Ok(()) if resp.status == Status::Ok as i32 => {
+                    if a.reset {
+                        self.reset_head[a.journal] = false;
+                    }
                     let commit = resp.commit.unwrap_or_default();
                     self.stats.acked += 1;
                     self.log(format!(
@@ -760,12 +779,17 @@ impl Sim {
                         return self.fail(e);
                     }
                 }
-                Ok(()) => self.log(format!(
+                Ok(()) => {
+                    if resp.status == Status::IndexHasGreaterOffset as i32 {
+                        self.reset_head[a.journal] = true;
+                    }
+                    self.log(format!(
                     "append to journal-{} at broker-{}: {:?}",
                     a.journal,
                     a.broker,
                     Status::try_from(resp.status).unwrap_or(Status::Ok)
-                )),
+                    ))
+                }
                 Err(e) => self.log(format!(
                     "append to journal-{} at broker-{} failed: {e}",
                     a.journal, a.broker
