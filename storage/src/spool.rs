@@ -58,6 +58,43 @@ const RECOVERY_READ_LEN: usize = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
 const JOURNAL_FILE: &str = "JOURNAL";
 
+/// Disk operations of spools (and their fragment files) in flight on this thread. With the
+/// `sim` feature, the broker's simulator waits until there are none before its next event,
+/// so that a run does not depend on how fast the kernel completes I/O; without it, every
+/// function here is empty.
+pub mod in_flight {
+    #[cfg(feature = "sim")]
+    thread_local! {
+        static COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Held for the length of one operation.
+    pub struct Op(());
+
+    #[inline(always)]
+    pub fn op() -> Op {
+        #[cfg(feature = "sim")]
+        COUNT.with(|c| c.set(c.get() + 1));
+        Op(())
+    }
+
+    impl Drop for Op {
+        #[inline(always)]
+        fn drop(&mut self) {
+            #[cfg(feature = "sim")]
+            COUNT.with(|c| c.set(c.get() - 1));
+        }
+    }
+
+    /// Operations in flight on this thread (always 0 without the `sim` feature).
+    pub fn count() -> usize {
+        #[cfg(feature = "sim")]
+        return COUNT.with(|c| c.get());
+        #[cfg(not(feature = "sim"))]
+        0
+    }
+}
+
 /// The journal's fragment currently being written.
 ///
 /// Lives on: the journal's owner core (`!Send`; methods take `&mut self`, so
@@ -120,6 +157,7 @@ impl Spool {
         journal: &str,
         codec: CompressionCodec,
     ) -> Result<(Spool, Vec<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
         let dir = journal_dir(root, journal);
         prepare_dir(&dir, journal)?;
 
@@ -275,6 +313,7 @@ impl Spool {
         content: &Bytes,
         also: Option<&mut Summer>,
     ) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if content.is_empty() {
             return Ok(());
@@ -307,6 +346,7 @@ impl Spool {
     /// then is the new state adopted. A commit with no pending content and
     /// unchanged registers writes nothing.
     pub async fn commit(&mut self, registers: LabelSet) -> Result<Fragment, StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         assert!(self.delta >= 0);
         if self.delta == 0 && registers == self.registers {
@@ -369,6 +409,7 @@ impl Spool {
         at: i64,
         codec: CompressionCodec,
     ) -> Result<Option<LocalFragment>, StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if at < self.fragment.end {
             return Err(StorageError::InvalidRoll {
@@ -409,6 +450,7 @@ impl Spool {
         proposal: &Fragment,
         registers: &LabelSet,
     ) -> Result<(bool, Option<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         let mut completed = None;
         let zero_length = proposal.end == proposal.begin;
@@ -441,6 +483,7 @@ impl Spool {
         content: &Bytes,
         content_delta: i64,
     ) -> Result<(), ContentError> {
+        let _op = in_flight::op();
         if content_delta != self.delta {
             return Err(ContentError::Delta(format!(
                 "invalid ContentDelta ({content_delta}; expected {})",
@@ -456,6 +499,7 @@ impl Spool {
     /// from abandoned (a primary may have failed before acknowledging, and the journal's
     /// history moved on without this broker); the pipeline's sync then rolls it forward.
     pub async fn discard(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         let mut next = Spool::empty(
             &self.root,
@@ -480,6 +524,7 @@ impl Spool {
     /// last sync. Covers only the current fragment: call it before `roll` if
     /// the completed fragment must survive power loss too.
     pub async fn sync(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if let Err(e) = self.sync_inner().await {
             return Err(self.poison(e));

@@ -72,8 +72,6 @@ const HEAL_ATTEMPTS: usize = 8;
 const HEAL_EVENTS: usize = 400;
 /// Rounds in which no task ran before the executor counts as settled.
 const IDLE_ROUNDS: u32 = 2;
-/// The long round of [`settle`], in microseconds.
-const DEEP_ROUND_US: u64 = 300;
 
 /// splitmix64: tiny, and good enough to drive a simulation.
 pub struct Rng(u64);
@@ -273,24 +271,20 @@ struct Sim {
     _dir: tempfile::TempDir,
 }
 
-/// Runs the executor until no task ran for [`IDLE_ROUNDS`] rounds in a row: everything the
-/// last event caused (including its disk I/O) has happened.
+/// Runs the executor until, for [`IDLE_ROUNDS`] rounds in a row, no task ran and no spool
+/// operation was in flight: everything the last event caused (its disk I/O too) has
+/// happened, however fast the kernel completed it.
 async fn settle() {
     let ex = glommio::executor();
     let _ = ex.executor_stats();
     let mut idle = 0;
-    loop {
-        // Short rounds while tasks run; once idle, one long round lets disk I/O that the
-        // kernel completes asynchronously (io-wq, glommio's syscall thread) come back.
-        let wait = if idle < IDLE_ROUNDS { 1 } else { DEEP_ROUND_US };
-        glommio::timer::sleep(std::time::Duration::from_micros(wait)).await;
-        if ex.executor_stats().tasks_executed() <= 1 {
-            idle += 1;
-            if idle > IDLE_ROUNDS {
-                return;
-            }
-        } else {
+    while idle < IDLE_ROUNDS {
+        glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
+        let ran = ex.executor_stats().tasks_executed() > 1;
+        if ran || storage::spool::in_flight::count() > 0 {
             idle = 0;
+        } else {
+            idle += 1;
         }
     }
 }
