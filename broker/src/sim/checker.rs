@@ -27,8 +27,8 @@ pub struct Ack {
 
 #[derive(Default)]
 pub struct Checker {
-    /// Per journal: offset → (byte, who first said so).
-    history: Vec<BTreeMap<i64, (u8, usize)>>,
+    /// Per journal: offset → (byte, the sources that hold it).
+    history: Vec<BTreeMap<i64, (u8, BTreeSet<usize>)>>,
     sources: Vec<String>,
     pub acks: Vec<Ack>,
     /// Per journal, the end of the last acknowledged append.
@@ -44,31 +44,58 @@ impl Checker {
         }
     }
 
-    /// Invariant 2: records that `source` holds `bytes` at `offset` of journal `j`.
-    pub fn record(&mut self, j: usize, offset: i64, bytes: &[u8], source: &str) -> Result<(), String> {
-        let id = match self.sources.iter().position(|s| s == source) {
+    fn source_id(&mut self, source: &str) -> usize {
+        match self.sources.iter().position(|s| s == source) {
             Some(id) => id,
             None => {
                 self.sources.push(source.to_string());
                 self.sources.len() - 1
             }
-        };
+        }
+    }
+
+    /// Invariant 2: records that `source` holds `bytes` at `offset` of journal `j`.
+    pub fn record(
+        &mut self,
+        j: usize,
+        offset: i64,
+        bytes: &[u8],
+        source: &str,
+    ) -> Result<(), String> {
+        let id = self.source_id(source);
         for (i, &byte) in bytes.iter().enumerate() {
             let at = offset + i as i64;
-            match self.history[j].get(&at) {
+            match self.history[j].get_mut(&at) {
                 None => {
-                    self.history[j].insert(at, (byte, id));
+                    self.history[j].insert(at, (byte, BTreeSet::from([id])));
                 }
-                Some((seen, _)) if *seen == byte => {}
+                Some((seen, by)) if *seen == byte => {
+                    by.insert(id);
+                }
                 Some((seen, by)) => {
+                    let by: Vec<&str> = by.iter().map(|&s| self.sources[s].as_str()).collect();
                     return Err(format!(
                         "invariant 2: offset {at} of journal-{j} holds {:?} ({}) and {:?} ({source})",
-                        *seen as char, self.sources[*by], byte as char
+                        *seen as char,
+                        by.join(", "),
+                        byte as char
                     ));
                 }
             }
         }
         Ok(())
+    }
+
+    /// `source` holds nothing any more (a broker whose lease expired: a restart recovers
+    /// only what it records again; an acknowledgement that was lost).
+    pub fn forget(&mut self, source: &str) {
+        let id = self.source_id(source);
+        for history in &mut self.history {
+            history.retain(|_, (_, by)| {
+                by.remove(&id);
+                !by.is_empty()
+            });
+        }
     }
 
     /// Invariants 2 and 3 for an acknowledged append that started when the head was
@@ -108,7 +135,7 @@ impl Checker {
                 a.step
             ));
         }
-        self.record(j, begin, &bytes, &format!("the append acknowledged at step {step}"))?;
+        self.record(j, begin, &bytes, &ack_source(begin, step))?;
         self.heads[j] = self.heads[j].max(end);
         self.acks.push(Ack {
             journal: j,
@@ -144,21 +171,7 @@ impl Checker {
                 "lost: journal-{} [{}, {end}) acknowledged at step {}: every holder's lease expired",
                 a.journal, a.begin, a.step
             ));
-            let history = &mut self.history[a.journal];
-            let gone: Vec<i64> = history.range(a.begin..).map(|(k, _)| *k).collect();
-            for k in gone {
-                history.remove(&k);
-            }
-            // What is still held stays history.
-            let kept: Vec<(i64, Bytes)> = self
-                .acks
-                .iter()
-                .filter(|x| x.journal == a.journal && x.begin >= a.begin)
-                .map(|x| (x.begin, x.bytes.clone()))
-                .collect();
-            for (at, bytes) in kept {
-                let _ = self.record(a.journal, at, &bytes, "a held acknowledgement");
-            }
+            self.forget(&ack_source(a.begin, a.step));
             self.heads[a.journal] = self
                 .acks
                 .iter()
@@ -169,6 +182,15 @@ impl Checker {
         }
         lines
     }
+}
+
+fn ack_source(begin: i64, step: usize) -> String {
+    format!("the append acknowledged at {begin} at step {step}")
+}
+
+/// The source of what broker `b` holds in its files.
+pub fn broker_source(b: usize) -> String {
+    format!("broker-{b}'s files")
 }
 
 /// What one broker (or the store) can read of a journal: offset ranges and their bytes.

@@ -493,6 +493,7 @@ impl Sim {
         let lease = self.lease_of(b);
         self.world.keyspace.borrow_mut().expire(lease);
         self.log(format!("expiry: broker-{b}'s lease"));
+        self.checker.forget(&checker::broker_source(b));
         let forfeited = self.checker.lost_holder(b, &self.world.store.borrow());
         for line in forfeited {
             self.log(line);
@@ -1007,7 +1008,7 @@ impl Sim {
                     bytes.len()
                 ));
             }
-            let source = format!("broker-{b}'s files at step {}", self.step);
+            let source = checker::broker_source(b);
             if let Err(e) = self.checker.record(j, fragment.begin, &bytes, &source) {
                 return self.fail(e);
             }
