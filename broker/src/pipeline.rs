@@ -9,9 +9,9 @@
 //! next append builds a new one.
 
 use crate::core::Core;
+use crate::peer::PeerCall;
 use crate::replicate::equivalent;
 use crate::resolver;
-use crate::peer::PeerCall;
 use protocol::grpc::{RpcError, encode_frame};
 use protocol::process_spec::Id;
 use protocol::{Fragment, Header, LabelSet, ReplicateRequest, ReplicateResponse, Route, Status};
@@ -63,16 +63,13 @@ impl Pipeline {
                 continue;
             }
             let endpoint = route.endpoints.get(i).cloned().unwrap_or_default();
-            let call = core
-                .replicate_call(&endpoint, journal)
-                .await
-                .map_err(|e| {
-                    RpcError::unknown(format!(
-                        "replication to {}: {}",
-                        describe(member),
-                        e.message
-                    ))
-                })?;
+            let call = core.replicate_call(&endpoint, journal).await.map_err(|e| {
+                RpcError::unknown(format!(
+                    "replication to {}: {}",
+                    describe(member),
+                    e.message
+                ))
+            })?;
             peers.push(Peer {
                 id: member.clone(),
                 call,

@@ -161,7 +161,10 @@ impl Checker {
             let stored = store
                 .fragments
                 .get(&super::journal_name(a.journal))
-                .is_some_and(|m| m.values().any(|s| s.fragment.begin <= a.begin && end <= s.fragment.end));
+                .is_some_and(|m| {
+                    m.values()
+                        .any(|s| s.fragment.begin <= a.begin && end <= s.fragment.end)
+                });
             if !a.holders.is_empty() || stored {
                 i += 1;
                 continue;

@@ -550,11 +550,12 @@ impl Sim {
             }
         }
         let step = self.step;
-        let (due, kept): (Vec<_>, Vec<_>) =
-            self.partitions.drain(..).partition(|p| p.2 <= step);
+        let (due, kept): (Vec<_>, Vec<_>) = self.partitions.drain(..).partition(|p| p.2 <= step);
         self.partitions = kept;
         for (a, b, _) in due {
-            self.log(format!("heal: broker-{a} and broker-{b} reach each other again"));
+            self.log(format!(
+                "heal: broker-{a} and broker-{b} reach each other again"
+            ));
             self.net.state.borrow_mut().partitions.remove(&(a, b));
         }
         if self.rng.chance(self.cfg.crash) {
@@ -632,10 +633,7 @@ impl Sim {
                 fragment.journal, fragment.begin, fragment.end
             ));
             let j = journal_index(&fragment.journal);
-            if let Err(e) = self
-                .checker
-                .record(j, fragment.begin, &bytes, "the store")
-            {
+            if let Err(e) = self.checker.record(j, fragment.begin, &bytes, "the store") {
                 self.world.store.borrow_mut().errors.push(e);
             }
         }
@@ -725,8 +723,7 @@ impl Sim {
             loop {
                 match a.client.responses.try_recv() {
                     Ok(OutMsg::Frame(frame)) => {
-                        a.response =
-                            AppendResponse::decode(frame.slice(5.min(frame.len())..)).ok();
+                        a.response = AppendResponse::decode(frame.slice(5.min(frame.len())..)).ok();
                     }
                     Ok(OutMsg::Finish(outcome)) => {
                         finished = Some(outcome.map_err(|e| e.message));
@@ -779,10 +776,10 @@ impl Sim {
                         self.reset_head[a.journal] = true;
                     }
                     self.log(format!(
-                    "append to journal-{} at broker-{}: {:?}",
-                    a.journal,
-                    a.broker,
-                    Status::try_from(resp.status).unwrap_or(Status::Ok)
+                        "append to journal-{} at broker-{}: {:?}",
+                        a.journal,
+                        a.broker,
+                        Status::try_from(resp.status).unwrap_or(Status::Ok)
                     ))
                 }
                 Err(e) => self.log(format!(
@@ -921,7 +918,9 @@ impl Sim {
                     break;
                 }
                 // Hung or failed: reset every stream (as connections would time out).
-                self.log(format!("heal: attempt {attempt} on journal-{j} did not commit"));
+                self.log(format!(
+                    "heal: attempt {attempt} on journal-{j} did not commit"
+                ));
                 for id in self.net.links() {
                     self.net.break_link(id);
                 }
@@ -1166,7 +1165,10 @@ fn steps_per_seed() -> usize {
 }
 
 /// Runs `seeds` with `mutation` switched on, until one violates an invariant.
-fn run_seeds(seeds: impl Iterator<Item = u64>, mutation: Option<Mutation>) -> Result<Stats, Violation> {
+fn run_seeds(
+    seeds: impl Iterator<Item = u64>,
+    mutation: Option<Mutation>,
+) -> Result<Stats, Violation> {
     mutation::set(mutation);
     let steps = steps_per_seed();
     let mut total = Stats::default();

@@ -119,7 +119,8 @@ impl Net {
                 }
                 if link.staged.is_empty() && rx.is_disconnected() && link.task.is_some() {
                     // The handler ended without finishing (it was cancelled).
-                    link.staged.push_back(OutMsg::Finish(Err(RpcError::cancelled())));
+                    link.staged
+                        .push_back(OutMsg::Finish(Err(RpcError::cancelled())));
                     link.server_out = None;
                 }
             }
@@ -163,7 +164,11 @@ impl Net {
         }
         // The first request starts the replica's handler.
         let to = link.to;
-        let core = st.brokers.get(to).and_then(|c| c.as_ref()).and_then(Weak::upgrade);
+        let core = st
+            .brokers
+            .get(to)
+            .and_then(|c| c.as_ref())
+            .and_then(Weak::upgrade);
         let first = decode_message::<ReplicateRequest>(body);
         let (Some(core), Ok(first)) = (core, first) else {
             drop(guard);

@@ -61,7 +61,10 @@ impl KeySpace {
     }
 
     pub fn latest(&self) -> Arc<Snapshot> {
-        self.snapshots.last().expect("one snapshot at least").clone()
+        self.snapshots
+            .last()
+            .expect("one snapshot at least")
+            .clone()
     }
 
     /// The first snapshot after revision `rev`, if any.
@@ -71,9 +74,9 @@ impl KeySpace {
 
     /// etcd's transaction: every compare holds, then every op applies at one new revision.
     pub fn txn(&mut self, compares: &[Compare], ops: &[Op]) -> TxnOutcome {
-        let holds = compares.iter().all(|c| {
-            self.keys.get(&c.key).map_or(0, |kv| kv.mod_revision) == c.mod_revision
-        });
+        let holds = compares
+            .iter()
+            .all(|c| self.keys.get(&c.key).map_or(0, |kv| kv.mod_revision) == c.mod_revision);
         if !holds || ops.is_empty() {
             return TxnOutcome {
                 succeeded: holds,
@@ -227,7 +230,11 @@ impl World {
         let Some(tx) = views[b].as_ref() else { return };
         let seen = tx.borrow().revision;
         let ks = self.keyspace.borrow();
-        let next = if all { Some(ks.latest()) } else { ks.after(seen) };
+        let next = if all {
+            Some(ks.latest())
+        } else {
+            ks.after(seen)
+        };
         if let Some(next) = next
             && next.revision > seen
         {
