@@ -70,6 +70,14 @@ const TRACE_TAIL: usize = 80;
 const HEAL_ATTEMPTS: usize = 8;
 /// Events per heal attempt before it is declared hung.
 const HEAL_EVENTS: usize = 400;
+/// Rounds of [`settle`] before a run is declared stalled.
+const MAX_SETTLE_ROUNDS: u64 = 20_000;
+
+thread_local! {
+    /// The seed running on this thread, for the stall message.
+    static SEED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Rounds in which no task ran before the executor counts as settled.
 const IDLE_ROUNDS: u32 = 2;
 
@@ -278,7 +286,16 @@ async fn settle() {
     let ex = glommio::executor();
     let _ = ex.executor_stats();
     let mut idle = 0;
+    let mut rounds = 0u64;
     while idle < IDLE_ROUNDS {
+        rounds += 1;
+        if rounds > MAX_SETTLE_ROUNDS {
+            panic!(
+                "seed {}: the executor never settled: a task keeps running or an I/O never \
+                 completes (not an invariant violation)",
+                SEED.with(std::cell::Cell::get)
+            );
+        }
         glommio::timer::sleep(std::time::Duration::from_micros(1)).await;
         let ran = ex.executor_stats().tasks_executed() > 1;
         if ran || storage::spool::in_flight::count() > 0 {
@@ -1126,6 +1143,7 @@ fn sim_dir() -> std::io::Result<tempfile::TempDir> {
 
 /// Runs one seed on a fresh executor, returning its outcome and its event trace.
 fn simulate(seed: u64, steps: usize) -> (Result<Stats, Violation>, Vec<String>) {
+    SEED.with(|s| s.set(seed));
     glommio::LocalExecutorBuilder::default()
         .io_memory(512 << 10)
         .make()

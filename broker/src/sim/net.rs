@@ -50,8 +50,8 @@ pub struct Link {
     server_out: Option<flume::Receiver<OutMsg>>,
     /// Dropped to tell the handler its client went away.
     cancel: Option<flume::Sender<()>>,
-    /// The handler's task (dropping it cancels the handler, as a crash does).
-    task: Option<glommio::Task<()>>,
+    /// Whether the replica's handler started.
+    started: bool,
     /// Responses delivered to the primary's end.
     to_client: flume::Sender<Result<Option<Bytes>, RpcError>>,
     /// A response frame taken from `server_out` but not yet delivered.
@@ -75,6 +75,8 @@ pub struct NetState {
     next_id: u64,
     /// Live brokers by index (`None` while crashed).
     pub brokers: Vec<Option<Weak<Core>>>,
+    /// The replica handlers each broker runs (dropped, so cancelled, when it crashes).
+    handlers: BTreeMap<usize, Vec<glommio::Task<()>>>,
     /// Pairs of brokers that cannot reach each other.
     pub partitions: BTreeSet<(usize, usize)>,
     /// Count of frames sent by either end: the driver's measure of progress.
@@ -117,7 +119,7 @@ impl Net {
                 while let Ok(msg) = rx.try_recv() {
                     link.staged.push_back(msg);
                 }
-                if link.staged.is_empty() && rx.is_disconnected() && link.task.is_some() {
+                if link.staged.is_empty() && rx.is_disconnected() && link.started {
                     // The handler ended without finishing (it was cancelled).
                     link.staged
                         .push_back(OutMsg::Finish(Err(RpcError::cancelled())));
@@ -190,7 +192,8 @@ impl Net {
         link.server_in = Some(in_tx);
         link.server_out = Some(out_rx);
         link.cancel = Some(cancel_tx);
-        link.task = Some(task);
+        link.started = true;
+        st.handlers.entry(to).or_default().push(task);
         st.activity += 1;
     }
 
@@ -212,10 +215,6 @@ impl Net {
                 link.done = true;
                 link.server_in = None;
                 link.cancel = None;
-                // The handler is over: let its task end by itself.
-                if let Some(task) = link.task.take() {
-                    task.detach();
-                }
             }
         }
         st.activity += 1;
@@ -238,34 +237,25 @@ impl Net {
         let _ = link
             .to_client
             .try_send(Err(RpcError::unavailable("simulated stream reset")));
+        // The handler notices the reset by itself (and rolls back).
         link.done = true;
-        // The handler notices the reset by itself (and rolls back); keep it running.
-        if let Some(task) = link.task.take() {
-            task.detach();
-        }
         st.activity += 1;
     }
 
     /// Crashes broker `b`: its handlers stop where they are, its streams break.
     pub fn crash(&self, b: usize) {
-        let ids: Vec<u64> = {
+        let (ids, handlers) = {
             let mut st = self.state.borrow_mut();
             st.brokers[b] = None;
-            let ids = st
+            let ids: Vec<u64> = st
                 .links
                 .iter()
                 .filter(|(_, l)| l.from == b || l.to == b)
                 .map(|(id, _)| *id)
-                .collect::<Vec<_>>();
-            // Handlers running on the crashed broker are cancelled at once.
-            for id in &ids {
-                let link = st.links.get_mut(id).expect("listed");
-                if link.to == b {
-                    link.task = None;
-                }
-            }
-            ids
+                .collect();
+            (ids, st.handlers.remove(&b).unwrap_or_default())
         };
+        drop(handlers);
         for id in ids {
             self.break_link(id);
         }
@@ -328,7 +318,7 @@ impl Port {
                 server_in: None,
                 server_out: None,
                 cancel: None,
-                task: None,
+                started: false,
                 to_client: tx,
                 staged: VecDeque::new(),
                 done: false,
