@@ -76,7 +76,15 @@ const MAX_SETTLE_ROUNDS: u64 = 20_000;
 thread_local! {
     /// The seed running on this thread, for the stall message.
     static SEED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Rounds of [`settle`] so far on this thread, for the stall detector.
+    static ROUNDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// How often the stall detector looks, and after how many looks without a round of
+/// [`settle`] it declares the run stalled (ticks, not wall time, so that a starved machine
+/// does not look stalled).
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+const STALL_TICKS: u32 = 600;
 
 /// Rounds in which no task ran before the executor counts as settled.
 const IDLE_ROUNDS: u32 = 2;
@@ -289,6 +297,7 @@ async fn settle() {
     let mut rounds = 0u64;
     while idle < IDLE_ROUNDS {
         rounds += 1;
+        ROUNDS.with(|r| r.set(r.get() + 1));
         if rounds > MAX_SETTLE_ROUNDS {
             panic!(
                 "seed {}: the executor never settled: a task keeps running or an I/O never \
@@ -1148,7 +1157,7 @@ fn simulate(seed: u64, steps: usize) -> (Result<Stats, Violation>, Vec<String>) 
         .io_memory(512 << 10)
         .make()
         .expect("glommio executor")
-        .run(async move {
+        .run(futures_lite::future::or(stall_detector(), async move {
             let mut sim = match Sim::new(seed, steps).await {
                 Ok(sim) => sim,
                 Err(what) => {
@@ -1171,7 +1180,29 @@ fn simulate(seed: u64, steps: usize) -> (Result<Stats, Violation>, Vec<String>) 
                 b.core = None;
             }
             (outcome.map(|()| sim.stats.clone()), trace)
-        })
+        }))
+}
+
+/// Panics, naming the seed, when the driver stops settling (a task that never yields
+/// back, or an I/O that never completes), so that a stall fails rather than hangs.
+async fn stall_detector<T>() -> T {
+    let (mut last, mut idle) = (u64::MAX, 0u32);
+    loop {
+        glommio::timer::sleep(TICK).await;
+        let now = ROUNDS.with(std::cell::Cell::get);
+        if now != last {
+            (last, idle) = (now, 0);
+            continue;
+        }
+        idle += 1;
+        if idle >= STALL_TICKS {
+            panic!(
+                "seed {}: the simulation stalled for {STALL_TICKS} ticks of {TICK:?} (not an \
+                 invariant violation)",
+                SEED.with(std::cell::Cell::get)
+            );
+        }
+    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {
