@@ -2,7 +2,7 @@
 //! each names one rule of the real code that a test switches off, expecting the simulator
 //! to report a violation within a bounded number of seeds (`crate::sim`'s
 //! `checker_catches_*` tests). Hooks: `AckBeforeReplicas` in `Pipeline::gather_ok`,
-//! `SkipRollForward` in `pipeline::decide_sync`.
+//! `SkipRollForward` in `pipeline::decide_sync`, `KeepRecoveredSpool` in `Replica::open`.
 //!
 //! Lives on: a thread-local of the thread that runs the simulation, in test builds only. In
 //! every other build [`active`] is a constant `false`, so production pays nothing.
@@ -14,6 +14,9 @@ pub enum Mutation {
     AckBeforeReplicas,
     /// The primary ignores a peer that holds a larger offset instead of rolling forward.
     SkipRollForward,
+    /// A restarted cluster broker keeps its recovered spool's unconfirmed content instead
+    /// of discarding it (`Replica::open`).
+    KeepRecoveredSpool,
     /// The append skips its `check_registers` precondition (hooked by the append FSM).
     #[allow(dead_code)]
     SkipRegisterCheck,

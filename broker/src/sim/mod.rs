@@ -10,9 +10,9 @@
 //!   driver delivers one frame at a time in the order the seed picks (each direction in
 //!   order), and may break a stream (both ends see an error) or partition two brokers.
 //! - **etcd** ([`world`]): one key map with revisions, leases and transactions; each broker
-//!   sees the snapshots the driver propagates to it, at its own pace. The allocator is the
-//!   driver's (additions first; removals only of surplus members of a consistent journal;
-//!   primary hand-offs and promotions), as is etcd's lease expiry of a crashed broker.
+//!   sees the snapshots the driver propagates to it, at its own pace. Routes move by the
+//!   real allocator's plan (`crate::allocator::plan`) and by operator changes; etcd's
+//!   lease expiry deletes a crashed broker's keys.
 //! - **The fragment store** ([`world`]): in memory; persisting is an event the driver
 //!   completes (reading the fragment's file as the uploader does).
 //! - **Disk**: real files (glommio, io_uring) under a temporary directory, on tmpfs when
@@ -22,20 +22,39 @@
 //!   minimum append rate, no deadlines); the index refresh timer never fires in a run.
 //!
 //! Determinism: one glommio executor runs every broker; after each event the driver lets
-//! the executor run until no task ran for a few rounds ([`settle`]), so the next event sees
-//! everything the previous one caused. `runs_are_deterministic` checks that two runs of a
-//! seed take the same events.
+//! the executor run until, for a few rounds, no task ran and no spool operation was in
+//! flight ([`settle`]; the storage crate counts them under its `sim` feature, a test-only
+//! disk seam), so the next event sees everything the previous one caused however fast the
+//! kernel completed the I/O. `runs_are_deterministic` checks that two runs of a seed take
+//! the same events. A stall detector fails a seed that stops settling (with its seed).
 //!
-//! Faults, chosen by the seed: delivery order across streams, broken streams (with a
-//! per-mille loss), crashes (kill -9; a broker stays down for some steps), lease expiry of
-//! a crashed broker (etcd deletes its assignments and the allocator replaces it), network
-//! partitions (healed after some steps), keyspace propagation lag, Route changes in the
-//! middle of appends, clients sending to a broker that is not the primary.
+//! Faults, chosen by the seed: delivery order across streams; broken streams (a per-mille
+//! loss per delivery); crashes (kill -9; the broker stays down for some steps, and its
+//! lease expires before it comes back, at once or at its restart, as etcd's announce
+//! requires); network partitions (healed after some steps); keyspace propagation lag (each
+//! broker sees revisions one at a time or all at once); Route changes from the real
+//! allocator (additions, promotions, removals) and from an operator (surplus members,
+//! primary hand-offs), in the middle of appends; clients that send to a broker that is not
+//! the primary, and that reset the head after INDEX_HAS_GREATER_OFFSET.
 //!
-//! Env vars: `COURANT_SIM_SEEDS=N` runs N seeds (from `COURANT_SIM_FIRST`, default 0);
-//! `COURANT_SIM_SEED=S` runs seed S alone; `COURANT_SIM_STEPS=K` changes the steps per seed;
-//! `COURANT_SIM_TRACE=1` prints every event; `COURANT_SIM_DIR` names where data directories
-//! go. A violation panics with `seed S: ...`, the tail of the trace and how to replay it.
+//! Invariants: see [`checker`]. Acknowledged appends whose every holder's lease expired
+//! before the store had them are lost, as in Gazette (a journal's spools die with its
+//! brokers): the checker forgets them, and forgets an expired broker's files.
+//!
+//! Mutations (`crate::mutation`) prove the checker: `checker_catches_*` run seeds with one
+//! rule of the real code switched off and expect a violation within [`MUTATION_SEEDS`].
+//!
+//! Found in the real code: a replica's wait for its spool spun when the keyspace watch
+//! closed (`replicate.rs`); a roll forward did not survive kill -9, so a write head could
+//! go back (`storage::spool`, now durable). The first (mirror) simulator had found the
+//! lease-expiry divergence that `Replica::open`'s discard fixes; `KeepRecoveredSpool`
+//! checks that this simulator finds it too.
+//!
+//! Env vars: `COURANT_SIM_SEEDS=N` runs N seeds (default 1000, from `COURANT_SIM_FIRST`,
+//! default 0); `COURANT_SIM_SEED=S` runs seed S alone; `COURANT_SIM_STEPS=K` changes the
+//! steps per seed; `COURANT_SIM_TRACE=1` prints every event; `COURANT_SIM_DIR` names where
+//! data directories go (default: tmpfs). A violation panics with `seed S: ...`, the tail of
+//! the trace and the command that replays it.
 //!
 //! Lives on: a test thread running one glommio executor per seed.
 
@@ -1295,4 +1314,9 @@ fn checker_catches_ack_before_replicas() {
 #[test]
 fn checker_catches_skipped_roll_forward() {
     caught(Mutation::SkipRollForward);
+}
+
+#[test]
+fn checker_catches_a_kept_recovered_spool() {
+    caught(Mutation::KeepRecoveredSpool);
 }
