@@ -100,20 +100,12 @@ impl Checker {
 
     /// Invariants 2 and 3 for an acknowledged append that started when the head was
     /// `head_at_start`.
-    pub fn acknowledged(
-        &mut self,
-        j: usize,
-        begin: i64,
-        end: i64,
-        bytes: Bytes,
-        head_at_start: i64,
-        step: usize,
-        holders: BTreeSet<usize>,
-    ) -> Result<(), String> {
-        if end - begin != bytes.len() as i64 {
+    pub fn acknowledged(&mut self, ack: Ack, end: i64, head_at_start: i64) -> Result<(), String> {
+        let (j, begin, step) = (ack.journal, ack.begin, ack.step);
+        if end - begin != ack.bytes.len() as i64 {
             return Err(format!(
                 "journal-{j}: an append of {} bytes was acknowledged as [{begin}, {end})",
-                bytes.len()
+                ack.bytes.len()
             ));
         }
         if begin < head_at_start {
@@ -135,15 +127,10 @@ impl Checker {
                 a.step
             ));
         }
+        let bytes = ack.bytes.clone();
         self.record(j, begin, &bytes, &ack_source(begin, step))?;
         self.heads[j] = self.heads[j].max(end);
-        self.acks.push(Ack {
-            journal: j,
-            begin,
-            bytes,
-            step,
-            holders,
-        });
+        self.acks.push(ack);
         Ok(())
     }
 

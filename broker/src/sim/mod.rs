@@ -269,7 +269,12 @@ struct InFlight {
 
 /// Brokers alternate between two zones, so the allocator spreads Routes over both.
 fn zone(b: usize) -> String {
-    if b % 2 == 0 { "zone-a" } else { "zone-b" }.to_string()
+    if b.is_multiple_of(2) {
+        "zone-a"
+    } else {
+        "zone-b"
+    }
+    .to_string()
 }
 
 fn suffix(b: usize) -> String {
@@ -579,7 +584,7 @@ impl Sim {
             settle().await;
             self.stats.events += 1;
             self.collect()?;
-            if self.step % 20 == 0 {
+            if self.step.is_multiple_of(20) {
                 self.check_local().await?;
             }
         }
@@ -804,15 +809,14 @@ impl Sim {
                         .and_then(|h| h.route)
                         .map(|r| r.members.iter().map(broker_index).collect())
                         .unwrap_or_default();
-                    if let Err(e) = self.checker.acknowledged(
-                        a.journal,
-                        commit.begin,
-                        commit.end,
-                        a.bytes.clone(),
-                        a.head_at_start,
+                    let ack = checker::Ack {
+                        journal: a.journal,
+                        begin: commit.begin,
+                        bytes: a.bytes.clone(),
                         step,
                         holders,
-                    ) {
+                    };
+                    if let Err(e) = self.checker.acknowledged(ack, commit.end, a.head_at_start) {
                         return self.fail(e);
                     }
                 }
@@ -1243,7 +1247,7 @@ fn run_seeds(
     let outcome = (|| {
         for seed in seeds {
             total.add(&simulate(seed, steps).0?);
-            if total.seeds % 100 == 0 {
+            if total.seeds.is_multiple_of(100) {
                 eprintln!("simulation: {} seeds passed (last {seed})", total.seeds);
             }
         }
