@@ -881,7 +881,13 @@ async fn recover_fragment(
         journal: journal.to_owned(),
         begin,
         end: scanned.end,
-        sum: Some(sum_of(&sum)),
+        // An empty fragment (a roll's durable begin) has the zero sum, as every empty
+        // spool: its own proposal must match it after a restart.
+        sum: Some(if committed_len == 0 {
+            zero_sum()
+        } else {
+            sum_of(&sum)
+        }),
         compression_codec: scanned.codec,
         backing_store: String::new(),
         mod_time: 0,
@@ -973,9 +979,14 @@ mod tests {
             let (ok, completed) = spool.apply_proposal(&proposal, &regs).await.unwrap();
             assert!(ok && completed.is_some());
             drop((spool, completed)); // kill -9
-            let (spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            let (mut spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
             assert_eq!((spool.fragment().begin, spool.fragment().end), (9, 9));
             assert_eq!(spool.registers(), &regs);
+            // It is an empty spool like any other: its own fragment, proposed, is agreed.
+            assert_eq!(spool.fragment().sum, Some(zero_sum()));
+            let own = spool.fragment().clone();
+            let (ok, done) = spool.apply_proposal(&own, &regs).await.unwrap();
+            assert!(ok && done.is_none());
             assert_eq!(completed.len(), 1);
             assert_eq!(completed[0].fragment.end, 5);
 
