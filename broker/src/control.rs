@@ -31,6 +31,16 @@ pub struct KeySpaceHandle {
 }
 
 impl KeySpaceHandle {
+    /// A handle over another keyspace server than the control thread: the simulator serves
+    /// `tx`'s transactions and publishes each broker's snapshots itself.
+    #[cfg(test)]
+    pub fn from_parts(
+        tx: flume::Sender<ControlMsg>,
+        watch: watch::Receiver<Arc<Snapshot>>,
+    ) -> KeySpaceHandle {
+        KeySpaceHandle { tx, watch }
+    }
+
     /// The latest snapshot published to this core.
     pub fn current(&self) -> Arc<Snapshot> {
         self.watch.borrow().clone()

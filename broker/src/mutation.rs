@@ -1,12 +1,11 @@
 //! Deliberately broken variants of the append path, for proving the simulator's checker:
 //! each names one rule of the real code that a test switches off, expecting the simulator
-//! to report a violation within a bounded number of seeds.
+//! to report a violation within a bounded number of seeds (`crate::sim`'s
+//! `checker_catches_*` tests). Hooks: `AckBeforeReplicas` in `Pipeline::gather_ok`,
+//! `SkipRollForward` in `pipeline::decide_sync`, `KeepRecoveredSpool` in `Replica::open`.
 //!
 //! Lives on: a thread-local of the thread that runs the simulation, in test builds only. In
 //! every other build [`active`] is a constant `false`, so production pays nothing.
-
-// Until every hook is wired in by the simulator and the append FSM.
-#![allow(dead_code)]
 
 /// One rule of the append path that a test may break on purpose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,7 +14,11 @@ pub enum Mutation {
     AckBeforeReplicas,
     /// The primary ignores a peer that holds a larger offset instead of rolling forward.
     SkipRollForward,
-    /// The append skips its `check_registers` precondition.
+    /// A restarted cluster broker keeps its recovered spool's unconfirmed content instead
+    /// of discarding it (`Replica::open`).
+    KeepRecoveredSpool,
+    /// The append skips its `check_registers` precondition (hooked by the append FSM).
+    #[allow(dead_code)]
     SkipRegisterCheck,
 }
 

@@ -22,6 +22,50 @@ pub struct PeerChannels {
     /// driver removes only its own entry.
     conns: RefCell<HashMap<String, (u64, Channel)>>,
     next_gen: std::cell::Cell<u64>,
+    /// The simulated network this core's replication streams go through instead (the
+    /// simulator's brokers only; test builds only).
+    #[cfg(test)]
+    pub sim: RefCell<Option<crate::sim::net::Port>>,
+}
+
+/// One `Replicate` stream to a peer, as the primary's pipeline uses it: an h2 stream, or in
+/// the simulator a stream of the simulated network. An enum, so production pays one match
+/// per frame and nothing else.
+pub enum PeerCall {
+    H2(protocol::grpc::ClientCall),
+    #[cfg(test)]
+    Sim(crate::sim::net::SimCall),
+}
+
+impl PeerCall {
+    /// Sends `frame` (a whole gRPC frame, or a part of one).
+    pub async fn send_frame(&mut self, frame: bytes::Bytes) -> Result<(), RpcError> {
+        match self {
+            PeerCall::H2(call) => call.sender.send_frame(frame, false).await,
+            #[cfg(test)]
+            PeerCall::Sim(call) => call.send_frame(frame),
+        }
+    }
+
+    /// The next response message; `Ok(None)` once the peer ended the stream with OK.
+    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
+        match self {
+            PeerCall::H2(call) => call.next().await,
+            #[cfg(test)]
+            PeerCall::Sim(call) => call.next().await,
+        }
+    }
+
+    /// Half-closes the stream: the peer sees EOF after what was sent.
+    pub fn close(&mut self) {
+        match self {
+            PeerCall::H2(call) => {
+                let _ = call.sender.close();
+            }
+            #[cfg(test)]
+            PeerCall::Sim(call) => call.close(),
+        }
+    }
 }
 
 impl Core {
@@ -90,6 +134,27 @@ impl Core {
         channel.call(path).await.inspect_err(|_| {
             self.drop_peer_channel(endpoint);
         })
+    }
+
+    /// Starts a `Replicate` stream of `journal` to the broker at `endpoint` (over the
+    /// simulated network for the simulator's brokers).
+    pub async fn replicate_call(
+        self: &Rc<Self>,
+        endpoint: &str,
+        journal: &str,
+    ) -> Result<PeerCall, RpcError> {
+        #[cfg(test)]
+        if let Some(port) = self.peer_channels.sim.borrow().as_ref() {
+            return port.open(endpoint, journal).map(PeerCall::Sim);
+        }
+        self.peer_call(
+            endpoint,
+            "/protocol.Journal/Replicate",
+            crate::jwt::REPLICATE,
+            journal,
+        )
+        .await
+        .map(PeerCall::H2)
     }
 
     /// Forgets the connection to `endpoint` (after a call on it failed at the transport).

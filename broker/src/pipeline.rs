@@ -9,9 +9,10 @@
 //! next append builds a new one.
 
 use crate::core::Core;
+use crate::peer::PeerCall;
 use crate::replicate::equivalent;
 use crate::resolver;
-use protocol::grpc::{ClientCall, RpcError, encode_frame};
+use protocol::grpc::{RpcError, encode_frame};
 use protocol::process_spec::Id;
 use protocol::{Fragment, Header, LabelSet, ReplicateRequest, ReplicateResponse, Route, Status};
 use std::rc::Rc;
@@ -21,7 +22,7 @@ pub const MAX_SYNC_ROUNDS: usize = 8;
 
 struct Peer {
     id: Id,
-    call: ClientCall,
+    call: PeerCall,
 }
 
 pub struct Pipeline {
@@ -63,12 +64,7 @@ impl Pipeline {
             }
             let endpoint = route.endpoints.get(i).cloned().unwrap_or_default();
             let call = core
-                .peer_call(
-                    &endpoint,
-                    "/protocol.Journal/Replicate",
-                    crate::jwt::REPLICATE,
-                    journal,
-                )
+                .replicate_call(&endpoint, journal)
                 .await
                 .map_err(|e| crate::errors::peer_err(&describe(member), None, e))?;
             peers.push(Peer {
@@ -135,8 +131,7 @@ impl Pipeline {
             header.process_id = Some(peer.id.clone());
             req.header = Some(header);
             peer.call
-                .sender
-                .send_frame(encode_frame(&req), false)
+                .send_frame(encode_frame(&req))
                 .await
                 .map_err(|e| peer_err(&peer.id, "sending", e))?;
         }
@@ -168,8 +163,7 @@ impl Pipeline {
         for peer in &mut self.peers {
             for part in parts {
                 peer.call
-                    .sender
-                    .send_frame(part.clone(), false)
+                    .send_frame(part.clone())
                     .await
                     .map_err(|e| peer_err(&peer.id, "sending", e))?;
             }
@@ -209,6 +203,11 @@ impl Pipeline {
 
     /// Reads the peers' acknowledgements of a commit proposal: all must be OK.
     pub async fn gather_ok(&mut self, core: &Core, journal: &str) -> Result<(), RpcError> {
+        if crate::mutation::active(crate::mutation::Mutation::AckBeforeReplicas) {
+            // Broken on purpose (test builds only): the commit counts as acknowledged
+            // before any replica answered; their answers are left for the next read.
+            return Ok(());
+        }
         let route = self.route.clone();
         let responses = guard(core, journal, &route, self.gather()).await?;
         for (peer, resp) in self.peers.iter().zip(responses) {
@@ -227,7 +226,7 @@ impl Pipeline {
     /// releases its spool.
     pub fn close(mut self) {
         for peer in &mut self.peers {
-            let _ = peer.call.sender.close();
+            peer.call.close();
         }
     }
 }
@@ -286,6 +285,10 @@ pub fn decide_sync(
             }
             Ok(Status::ProposalMismatch) => {
                 let theirs = resp.fragment.clone().unwrap_or_default();
+                if crate::mutation::active(crate::mutation::Mutation::SkipRollForward) {
+                    // Broken on purpose (test builds only): a peer ahead is ignored.
+                    continue;
+                }
                 if theirs.end > ours.end {
                     if theirs.end > roll_to {
                         roll_to = theirs.end;

@@ -52,10 +52,17 @@ impl Replica {
             .map_err(crate::errors::storage_err)?;
         // In a cluster, the recovered current fragment may end in commits that were never
         // acknowledged and that the journal's history has since overwritten (found by the
-        // simulation, `sim.rs`, seed 34): its content is forgotten, as a Gazette broker
-        // forgets its spool with its process, and the pipeline's sync rolls this replica
-        // forward to its peers. Fragments completed before it were agreed by a sync.
-        if core.keyspace.current().cluster && spool.fragment().end > spool.fragment().begin {
+        // first simulator, seed 34 of its lease-expiry model: a restarted broker always
+        // comes back after its lease expired, so the journal may have moved on without it):
+        // its content is forgotten, as a Gazette broker forgets its spool with its process,
+        // and the pipeline's sync rolls this replica forward to its peers. Fragments
+        // completed before it were agreed by a sync. An empty current fragment (a roll's
+        // durable begin) keeps its offset: the write head never goes back.
+        let discard = !crate::mutation::active(crate::mutation::Mutation::KeepRecoveredSpool);
+        if discard
+            && core.keyspace.current().cluster
+            && spool.fragment().end > spool.fragment().begin
+        {
             tracing::info!(
                 journal = %journal,
                 begin = spool.fragment().begin,

@@ -69,7 +69,12 @@ pub async fn replicate(
         let mut changes = core.keyspace.subscribe();
         changes.borrow_and_update();
         let acquired = future::or(async { Some(replica.spool.lock().await) }, async {
-            let _ = changes.changed().await;
+            if changes.changed().await.is_err() {
+                // No more keyspace changes (the control thread is gone): only the spool
+                // can end the wait. Resolving again at once would spin (found by the
+                // simulator, whose crashed brokers' keyspaces close under their handlers).
+                future::pending::<()>().await;
+            }
             None
         })
         .await;

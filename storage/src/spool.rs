@@ -65,6 +65,43 @@ const RECOVERY_READ_LEN: usize = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
 const JOURNAL_FILE: &str = "JOURNAL";
 
+/// Disk operations of spools (and their fragment files) in flight on this thread. With the
+/// `sim` feature, the broker's simulator waits until there are none before its next event,
+/// so that a run does not depend on how fast the kernel completes I/O; without it, every
+/// function here is empty.
+pub mod in_flight {
+    #[cfg(feature = "sim")]
+    thread_local! {
+        static COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Held for the length of one operation.
+    pub struct Op(());
+
+    #[inline(always)]
+    pub fn op() -> Op {
+        #[cfg(feature = "sim")]
+        COUNT.with(|c| c.set(c.get() + 1));
+        Op(())
+    }
+
+    impl Drop for Op {
+        #[inline(always)]
+        fn drop(&mut self) {
+            #[cfg(feature = "sim")]
+            COUNT.with(|c| c.set(c.get() - 1));
+        }
+    }
+
+    /// Operations in flight on this thread (always 0 without the `sim` feature).
+    pub fn count() -> usize {
+        #[cfg(feature = "sim")]
+        return COUNT.with(|c| c.get());
+        #[cfg(not(feature = "sim"))]
+        0
+    }
+}
+
 /// The journal's fragment currently being written.
 ///
 /// Lives on: the journal's owner core (`!Send`; methods take `&mut self`, so
@@ -141,6 +178,7 @@ impl Spool {
         journal: &str,
         codec: CompressionCodec,
     ) -> Result<(Spool, Vec<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
         let dir = journal_dir(root, journal);
         prepare_dir(&dir, journal)?;
 
@@ -150,6 +188,20 @@ impl Spool {
                 recovered.push(fragment);
             }
         }
+        // Only the last fragment may be empty (the spool a roll began): empty earlier ones
+        // were rolled past before their files were removed.
+        let last = recovered.len().saturating_sub(1);
+        let mut kept = Vec::with_capacity(recovered.len());
+        for (i, fragment) in recovered.into_iter().enumerate() {
+            if i < last && fragment.fragment.end == fragment.fragment.begin {
+                FragmentFile::new(&dir, fragment.fragment.begin)
+                    .remove()
+                    .await?;
+            } else {
+                kept.push(fragment);
+            }
+        }
+        let mut recovered = kept;
         let spool = match recovered.pop() {
             Some(current) => Spool::from_recovered(root, dir.clone(), current),
             None => Spool::empty(
@@ -302,6 +354,7 @@ impl Spool {
         content: &Bytes,
         also: Option<&mut Summer>,
     ) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if content.is_empty() {
             return Ok(());
@@ -350,6 +403,7 @@ impl Spool {
     /// then is the new state adopted. A commit with no pending content and
     /// unchanged registers writes nothing.
     pub async fn commit(&mut self, registers: LabelSet) -> Result<Fragment, StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         assert!(self.delta >= 0);
         if self.delta == 0 && registers == self.registers {
@@ -415,6 +469,7 @@ impl Spool {
         at: i64,
         codec: CompressionCodec,
     ) -> Result<Option<LocalFragment>, StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if at < self.fragment.end {
             return Err(StorageError::InvalidRoll {
@@ -433,8 +488,41 @@ impl Spool {
             self.registers.clone(),
         );
         next.dirs_dirty = self.dirs_dirty;
+        // The new fragment's begin is made durable (an empty content file and a commit
+        // log whose one record ends at `at`), so that after `kill -9` the spool recovers
+        // at `at` rather than at the completed fragment's end: a roll forward must never
+        // be undone, or the journal's write head would go back. When both fragments share
+        // a begin (an empty spool rolled in place), the old files go first.
+        let in_place = at == self.fragment.begin;
+        if !in_place && let Err(e) = next.mark_begin().await {
+            return Err(self.poison(e));
+        }
         let previous = std::mem::replace(self, next);
-        Ok(previous.complete().await)
+        let completed = previous.complete().await;
+        if in_place && let Err(e) = self.mark_begin().await {
+            return Err(self.poison(e));
+        }
+        Ok(completed)
+    }
+
+    /// Writes the empty fragment's files: a content file and a commit log whose one record
+    /// ends at `begin` with the spool's registers (recovery then finds the fragment).
+    async fn mark_begin(&mut self) -> Result<(), StorageError> {
+        debug_assert!(self.commits.is_none() && self.fragment.end == self.fragment.begin);
+        self.file.get_or_create().await?;
+        let mut buf = Vec::with_capacity(64);
+        record::encode_header(self.fragment.compression_codec, &mut buf);
+        record::encode_record(
+            &CommitRecord {
+                end: self.fragment.begin,
+                time_unix_ms: unix_ms(SystemTime::now()),
+                registers: Some(self.registers.clone()),
+            },
+            &mut buf,
+        );
+        self.append_log(&buf).await?;
+        self.logged_registers = Some(self.registers.clone());
+        Ok(())
     }
 
     /// Applies a replication proposal (Gazette's spool rules, spec §2.5), as a replica does
@@ -455,6 +543,7 @@ impl Spool {
         proposal: &Fragment,
         registers: &LabelSet,
     ) -> Result<(bool, Option<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         let mut completed = None;
         let zero_length = proposal.end == proposal.begin;
@@ -464,10 +553,11 @@ impl Spool {
             let adopt = proposal.end > self.fragment.end;
             let codec = CompressionCodec::try_from(proposal.compression_codec)
                 .unwrap_or(CompressionCodec::None);
-            completed = self.roll(proposal.end, codec).await?;
             if adopt {
+                // Adopted before the roll, so that its durable begin logs them.
                 self.registers = registers.clone();
             }
+            completed = self.roll(proposal.end, codec).await?;
         }
         if same_fragment(&self.fragment, proposal) && &self.registers == registers {
             self.rollback();
@@ -487,6 +577,7 @@ impl Spool {
         content: &Bytes,
         content_delta: i64,
     ) -> Result<(), ContentError> {
+        let _op = in_flight::op();
         if content_delta != self.delta {
             return Err(ContentError::Delta(format!(
                 "invalid ContentDelta ({content_delta}; expected {})",
@@ -502,6 +593,7 @@ impl Spool {
     /// from abandoned (a primary may have failed before acknowledging, and the journal's
     /// history moved on without this broker); the pipeline's sync then rolls it forward.
     pub async fn discard(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         let mut next = Spool::empty(
             &self.root,
@@ -518,7 +610,9 @@ impl Spool {
         {
             tracing::warn!(error = %e, "closing a discarded commit log");
         }
-        previous.file.remove().await
+        previous.file.remove().await?;
+        // As after a roll: the empty spool's begin survives a crash.
+        self.mark_begin().await
     }
 
     /// Flushes the fragment's content and commit log to the device
@@ -526,6 +620,7 @@ impl Spool {
     /// last sync. Covers only the current fragment: call it before `roll` if
     /// the completed fragment must survive power loss too.
     pub async fn sync(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
         self.check()?;
         if let Err(e) = self.sync_inner().await {
             return Err(self.poison(e));
@@ -825,7 +920,9 @@ async fn recover_fragment(
         scanned = record::scan(&buf, begin, content_len);
     }
 
-    let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin), log) else {
+    // A fragment without content is kept only if its log marks its begin (a roll's).
+    let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin || s.records > 0), log)
+    else {
         tracing::warn!(journal, begin, path = %path.display(), "removing spool without committed content");
         names.remove().await?;
         return Ok(None);
@@ -863,7 +960,13 @@ async fn recover_fragment(
         journal: journal.to_owned(),
         begin,
         end: scanned.end,
-        sum: Some(sum.sum()),
+        // An empty fragment (a roll's durable begin) has the zero sum, as every empty
+        // spool: its own proposal must match it after a restart.
+        sum: Some(if committed_len == 0 {
+            zero_sum()
+        } else {
+            sum.sum()
+        }),
         compression_codec: scanned.codec,
         backing_store: String::new(),
         mod_time: 0,
@@ -937,6 +1040,71 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    /// Found by the first simulator: a roll forward to an empty fragment left nothing on
+    /// disk, so after `kill -9` the spool recovered the completed fragment and the write
+    /// head went back (from 9 to 5 here).
+    #[test]
+    fn roll_forward_survives_a_crash() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let regs = labels(&[("w", "1")]);
+            let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            spool.write(&b("abcde")).await.unwrap();
+            spool.commit(LabelSet::default()).await.unwrap();
+            let mut proposal = spool.fragment().clone();
+            (proposal.begin, proposal.end, proposal.sum) = (9, 9, Some(Default::default()));
+            let (ok, completed) = spool.apply_proposal(&proposal, &regs).await.unwrap();
+            assert!(ok && completed.is_some());
+            drop((spool, completed)); // kill -9
+            let (mut spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            assert_eq!((spool.fragment().begin, spool.fragment().end), (9, 9));
+            assert_eq!(spool.registers(), &regs);
+            // It is an empty spool like any other: its own fragment, proposed, is agreed.
+            assert_eq!(spool.fragment().sum, Some(zero_sum()));
+            let own = spool.fragment().clone();
+            let (ok, done) = spool.apply_proposal(&own, &regs).await.unwrap();
+            assert!(ok && done.is_none());
+            assert_eq!(completed.len(), 1);
+            assert_eq!(completed[0].fragment.end, 5);
+
+            // Rolled again (in place, to another codec) and crashed: still at 9; the empty
+            // fragment rolled past leaves nothing behind.
+            let mut spool = spool;
+            spool.roll(9, Snappy).await.unwrap();
+            drop(spool);
+            let (mut spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            assert_eq!(spool.fragment().end, 9);
+            assert_eq!(spool.fragment().compression_codec, Snappy as i32);
+            assert_eq!(completed.len(), 1);
+            spool.roll(12, Raw).await.unwrap();
+            drop(spool);
+            let (spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            assert_eq!(spool.fragment().end, 12);
+            assert_eq!(completed.len(), 1, "the empty fragment at 9 is gone");
+        });
+    }
+
+    /// A discarded spool stays empty at its begin across a crash, rather than recovering
+    /// an earlier fragment as the spool.
+    #[test]
+    fn discard_survives_a_crash() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            spool.write(&b("abc")).await.unwrap();
+            spool.commit(LabelSet::default()).await.unwrap();
+            spool.roll(3, Raw).await.unwrap();
+            spool.write(&b("defg")).await.unwrap();
+            spool.commit(LabelSet::default()).await.unwrap();
+            spool.discard().await.unwrap();
+            assert_eq!((spool.fragment().begin, spool.fragment().end), (3, 3));
+            drop(spool);
+            let (spool, completed) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+            assert_eq!((spool.fragment().begin, spool.fragment().end), (3, 3));
+            assert_eq!(completed.len(), 1);
+        });
     }
 
     async fn read_all(file: &FragmentFile, f: &Fragment) -> Vec<u8> {
@@ -1309,12 +1477,19 @@ mod tests {
             assert!(dir.join(format!("{:016x}.spool", 10)).exists());
 
             let (spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
-            assert!(!dir.join(format!("{:016x}.spool", 10)).exists());
-            // The greatest non-empty fragment is the spool again.
-            assert_eq!(spool.fragment(), &b_);
+            // The roll to 10 was durable: the spool is empty there, its uncommitted
+            // content cut, and both earlier fragments are completed.
+            assert_eq!(
+                std::fs::metadata(dir.join(format!("{:016x}.spool", 10)))
+                    .unwrap()
+                    .len(),
+                0
+            );
+            assert_eq!((spool.fragment().begin, spool.fragment().end), (10, 10));
             assert_eq!(spool.registers(), &labels(&[("x", "y")]));
-            assert_eq!(completed.len(), 1);
+            assert_eq!(completed.len(), 2);
             assert_eq!(completed[0].fragment, a);
+            assert_eq!(completed[1].fragment, b_);
             assert_eq!(read_all(&completed[0].file, &a).await, b"aaaa");
             assert_eq!(std::fs::read_to_string(dir.join("JOURNAL")).unwrap(), J);
         });
