@@ -103,6 +103,28 @@ async fn etcd_get(url: &str, key: &str) -> Option<(Vec<u8>, i64, i64)> {
     Some((value, int(&kv["mod_revision"]), int(&kv["lease"])))
 }
 
+/// The keyspace revision of `prefix` as Gazette defines it: the greatest ModRevision of the
+/// keys under it (a prefix range, like the broker's watch).
+async fn etcd_prefix_revision(url: &str, prefix: &str) -> i64 {
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().expect("a non-empty prefix") += 1;
+    let resp = etcd_post(
+        url,
+        "/v3/kv/range",
+        json!({"key": B64.encode(prefix), "range_end": B64.encode(&end), "keys_only": true}),
+    )
+    .await;
+    resp["kvs"]
+        .as_array()
+        .map(|kvs| {
+            kvs.iter()
+                .map(|kv| int(&kv["mod_revision"]))
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
 fn broker_spec(zone: &str, suffix: &str, endpoint: &str) -> BrokerSpec {
     BrokerSpec {
         process_spec: Some(ProcessSpec {
@@ -211,38 +233,50 @@ async fn etcd_member_apply_assign_append_read() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let assign_value = format!("{prefix}/assign/etcd/aa#{ZONE}#{SUFFIX}#0");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let (value, _, assign_lease) = etcd_get(&url, &assign_value)
-            .await
-            .expect("the assignment key");
-        assert_eq!(
-            assign_lease, lease,
-            "assignments live under the member's lease"
-        );
-        let route = protocol::Route::decode(&value[..]).unwrap();
-        if route.members == [me()] {
-            assert_eq!(route.primary, 0);
-            assert!(
-                route.endpoints.is_empty(),
-                "advertised Routes carry no endpoints"
+    // Every journal's pulse writes its Route into its assignment value, each in its own
+    // txn (one revision each, in no set order): wait for all of them, since each one is a
+    // change under the prefix that moves the keyspace revision.
+    for journal in ["etcd/aa", "etcd/bb", "etcd/cc"] {
+        let assign_value = format!("{prefix}/assign/{journal}#{ZONE}#{SUFFIX}#0");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let (value, _, assign_lease) = etcd_get(&url, &assign_value)
+                .await
+                .expect("the assignment key");
+            assert_eq!(
+                assign_lease, lease,
+                "assignments live under the member's lease"
             );
-            break;
+            let route = protocol::Route::decode(&value[..]).unwrap();
+            if route.members == [me()] {
+                assert_eq!(route.primary, 0);
+                assert!(
+                    route.endpoints.is_empty(),
+                    "advertised Routes carry no endpoints"
+                );
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the Route of {journal} was never advertised"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the Route was never advertised"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // The broker is now idle in etcd (its next write is the pulse a minute from now).
+    let last_change = etcd_prefix_revision(&url, &prefix).await;
 
-    // Append and Read work, and the header's revision is the keyspace's (the ModRevision
-    // of the last change under the prefix).
-    let resp = append_at(&ch, "etcd/aa", b"hello etcd", apply_rev).await;
+    // Append and Read work, and the header's revision is the keyspace's: the ModRevision
+    // of the last change under the prefix (min_etcd_revision waits until the broker's watch
+    // has applied it).
+    let resp = append_at(&ch, "etcd/aa", b"hello etcd", last_change).await;
     assert_status(resp.status, Status::Ok, "append to an assigned journal");
     let h = resp.header.clone().unwrap();
     let settled = h.etcd.unwrap().revision;
+    assert_eq!(
+        settled, last_change,
+        "the last ModRevision under the prefix"
+    );
     assert!(settled > apply_rev);
     assert_ne!(h.etcd.unwrap().cluster_id, 0);
     assert_ne!(h.etcd.unwrap().member_id, 0);
