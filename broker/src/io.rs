@@ -3,6 +3,8 @@
 //! `tokio_util::compat` zeroes the whole unfilled read buffer on every read (futures-io
 //! reads need an initialised slice), which profiles at ~7% of broker CPU under load because
 //! h2 offers large buffers. This adapter initialises at most [`READ_CHUNK`] bytes per read.
+//!
+//! Lives on: the core that owns the connection (a per-connection adapter, `!Send`).
 
 use futures_lite::{AsyncRead, AsyncWrite};
 use std::io;

@@ -1,42 +1,11 @@
 //! `courant`: the Courant broker binary.
+//!
+//! Lives on: the main thread, which parses the command line and hands over to
+//! `front::server::run`.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-
-mod allocator;
-mod append;
-mod auth;
-mod balance;
-mod call;
-mod config;
-mod control;
-mod core;
-mod errors;
-mod flow;
-mod guards;
-mod http;
-mod idle;
-mod ini;
-mod io;
-mod jwt;
-mod keyspace;
-mod limits;
-mod list;
-mod metrics;
-mod mutation;
-mod peer;
-mod pipeline;
-mod proxy;
-mod pulse;
-mod read;
-mod replica;
-mod replicate;
-mod resolver;
-mod server;
-mod shutdown;
-#[cfg(test)]
-mod sim;
-mod stores;
-mod tls;
+use courant_broker::config::{self, ini};
+use courant_broker::front::server;
 
 #[derive(Parser)]
 #[command(

@@ -1,11 +1,9 @@
-//! HTTP/1.1 request heads, chunk-size lines and query strings (`broker/src/http/parse.rs`,
-//! compiled in directly: it depends on nothing but std). Nothing may panic, and whatever
+//! HTTP/1.1 request heads, chunk-size lines and query strings (`courant_broker::front::http::parse`,
+//! which depends on nothing but std). Nothing may panic, and whatever
 //! parses must respect the parser's bounds.
 #![no_main]
 
-#[path = "../../broker/src/http/parse.rs"]
-#[allow(dead_code)]
-mod parse;
+use courant_broker::front::http::parse;
 
 use libfuzzer_sys::fuzz_target;
 

@@ -1,11 +1,9 @@
-//! JWT decoding (`broker/src/jwt.rs`, compiled in by path): arbitrary bytes as a bearer
+//! JWT decoding (`courant_broker::auth::jwt`): arbitrary bytes as a bearer
 //! token, and arbitrary bytes as the claims of a correctly signed token (so the claims
 //! JSON itself is reached, past the signature check). Nothing may panic.
 #![no_main]
 
-#[path = "../../broker/src/jwt.rs"]
-#[allow(dead_code)]
-mod jwt;
+use courant_broker::auth::jwt;
 
 use base64::Engine;
 use hmac::{KeyInit, Mac};

@@ -1,7 +1,7 @@
 //! A seeded, deterministic simulation of a Courant cluster running the broker's real code
 //! (in the manner of TigerBeetle's VOPR): N brokers, each a real [`Core`] with its own data
-//! directory, serve appends through the real [`crate::append::append`], replicate them
-//! through the real `Pipeline` and [`crate::replicate::replicate`], recover their spools
+//! directory, serve appends through the real [`crate::journal::append::append`], replicate them
+//! through the real `Pipeline` and [`crate::journal::replicate::replicate`], recover their spools
 //! through the real `Replica::open`, and resolve Routes with the real `resolver`, while the
 //! seed injects faults and [`checker`] checks invariants.
 //!
@@ -11,7 +11,7 @@
 //!   order), and may break a stream (both ends see an error) or partition two brokers.
 //! - **etcd** ([`world`]): one key map with revisions, leases and transactions; each broker
 //!   sees the snapshots the driver propagates to it, at its own pace. Routes move by the
-//!   real allocator's plan (`crate::allocator::plan`) and by operator changes; etcd's
+//!   real allocator's plan (`crate::cluster::allocator::plan`) and by operator changes; etcd's
 //!   lease expiry deletes a crashed broker's keys.
 //! - **The fragment store** ([`world`]): in memory; persisting is an event the driver
 //!   completes (reading the fragment's file as the uploader does).
@@ -62,9 +62,9 @@ pub mod checker;
 pub mod net;
 pub mod world;
 
-use crate::call::{ChannelClient, OutMsg};
-use crate::core::Core;
-use crate::keyspace::{Op, PutLease, Snapshot, assign_key, item_key, member_key};
+use crate::control::keyspace::{Op, PutLease, Snapshot, assign_key, item_key, member_key};
+use crate::journal::call::{ChannelClient, OutMsg};
+use crate::journal::core::Core;
 use crate::mutation::{self, Mutation};
 use bytes::Bytes;
 use checker::{Checker, Readable};
@@ -476,7 +476,7 @@ impl Sim {
         let (watch_tx, watch_rx) =
             tokio::sync::watch::channel(self.world.keyspace.borrow().latest());
         let keyspace = crate::control::KeySpaceHandle::from_parts(ks_tx, watch_rx);
-        let (store_handle, store_rx) = crate::stores::persist::channel();
+        let (store_handle, store_rx) = crate::control::stores::persist::channel();
         let core = Rc::new(Core {
             index: 0,
             cores: 1,
@@ -488,13 +488,13 @@ impl Sim {
             auth: Arc::new(crate::auth::Auth::new("").expect("no keys")),
             replicas: RefCell::new(Default::default()),
             retired: RefCell::new(Default::default()),
-            stores: crate::stores::persist::CoreStores::new(store_handle, STORE.into()),
+            stores: crate::control::stores::persist::CoreStores::new(store_handle, STORE.into()),
             peer_channels: Default::default(),
         });
-        core.peer_channels.sim.replace(Some(Port {
+        core.peer_channels.sim.replace(Some(Rc::new(Port {
             net: self.net.clone(),
             me: b,
-        }));
+        })));
         self.world.views.borrow_mut()[b] = Some(watch_tx);
         broker.tasks = vec![
             glommio::spawn_local(world::serve_keyspace(self.world.clone(), b, ks_rx)),
@@ -709,7 +709,7 @@ impl Sim {
         let mut content = tag.into_bytes();
         content.extend((0..len).map(|i| b'a' + ((self.step + i) % 26) as u8));
         let bytes = Bytes::from(content);
-        let (mut input, mut output, client) = crate::call::channel_call();
+        let (mut input, mut output, client) = crate::journal::call::channel_call();
         let split = self.rng.below(bytes.len());
         let chunks = [bytes.slice(..split), bytes.slice(split..)];
         let chunks = chunks.into_iter().filter(|c| !c.is_empty());
@@ -740,7 +740,7 @@ impl Sim {
             String::from_utf8_lossy(&bytes)
         ));
         let task = glommio::spawn_local(async move {
-            let outcome = crate::append::append(&core, req, &mut input, &mut output).await;
+            let outcome = crate::journal::append::append(&core, req, &mut input, &mut output).await;
             output.finish(outcome);
         });
         let (requests, responses, cancel) = (client.requests, client.responses, client.cancel);
@@ -840,7 +840,7 @@ impl Sim {
         Ok(())
     }
 
-    /// The allocator: the real one's plan (`crate::allocator::plan`, as its leader computes
+    /// The allocator: the real one's plan (`crate::cluster::allocator::plan`, as its leader computes
     /// it: additions, promotions, removals of surplus members of consistent journals), and
     /// when `change`, a change it would not make by itself: a surplus member added, or the
     /// primary role handed to another member of a consistent journal.
@@ -856,7 +856,7 @@ impl Sim {
             .min_by_key(|(id, m)| (m.create_revision, (*id).clone()))
             .map(|(id, _)| id.clone());
         let Some(leader) = leader else { return };
-        let txns = crate::allocator::plan(&snap, ROOT, &leader, 0);
+        let txns = crate::cluster::allocator::plan(&snap, ROOT, &leader, 0);
         if let Some(txn) = txns.into_iter().next() {
             let out = self
                 .world
@@ -883,7 +883,7 @@ impl Sim {
     fn inject_route_change(&mut self, snap: &Snapshot) {
         let j = self.rng.below(self.cfg.journals);
         let name = journal_name(j);
-        if !crate::allocator::is_consistent(snap, &name) {
+        if !crate::cluster::allocator::is_consistent(snap, &name) {
             return;
         }
         let assignments = snap.assignments.get(&name).cloned().unwrap_or_default();

@@ -4,14 +4,15 @@
 //! breaks it (both ends see an error, as after a connection reset).
 //!
 //! The primary's end is a [`SimCall`] inside the real `Pipeline` (through
-//! `crate::peer::PeerCall::Sim`); the replica's end runs the real
-//! `crate::replicate::replicate` handler over `CallIn::Remote` / `CallOut::Remote`, started
+//! `crate::journal::routing::peer::PeerCall::Sim`); the replica's end runs the real
+//! `crate::journal::replicate::replicate` handler over `CallIn::Remote` / `CallOut::Remote`, started
 //! when the stream's first frame is delivered.
 //!
 //! Lives on: the simulation's one executor thread (`Rc`, `RefCell`).
 
-use crate::call::{CallIn, CallOut, OutMsg};
-use crate::core::Core;
+use crate::journal::call::{CallIn, CallOut, OutMsg};
+use crate::journal::core::Core;
+use crate::journal::routing::peer::{TestCall, TestLink, TestNet};
 use bytes::{Buf, Bytes, BytesMut};
 use protocol::ReplicateRequest;
 use protocol::grpc::{RpcError, decode_message};
@@ -186,7 +187,8 @@ impl Net {
                 tx: out_tx,
                 cancel: cancel_rx,
             };
-            let outcome = crate::replicate::replicate(&core, first, &mut input, &mut output).await;
+            let outcome =
+                crate::journal::replicate::replicate(&core, first, &mut input, &mut output).await;
             output.finish(outcome);
         });
         link.server_in = Some(in_tx);
@@ -282,9 +284,9 @@ impl Net {
     }
 }
 
-impl Port {
+impl TestNet for Port {
     /// Opens a stream of `journal` from this broker to the one at `endpoint`.
-    pub fn open(&self, endpoint: &str, _journal: &str) -> Result<SimCall, RpcError> {
+    fn open(&self, endpoint: &str, _journal: &str) -> Result<TestCall, RpcError> {
         let Some(to) = broker_of(endpoint) else {
             return Err(RpcError::unavailable(format!(
                 "dialing peer {endpoint}: no such simulated broker"
@@ -324,12 +326,15 @@ impl Port {
                 done: false,
             },
         );
-        Ok(SimCall {
+        let link = SimCall {
             net: self.net.clone(),
             id,
             buf: BytesMut::new(),
-            rx,
             closed: false,
+        };
+        Ok(TestCall {
+            link: Box::new(link),
+            responses: rx,
         })
     }
 }
@@ -340,13 +345,12 @@ pub struct SimCall {
     id: u64,
     /// Bytes of a frame sent in parts (the pipeline sends content as a head and a body).
     buf: BytesMut,
-    rx: flume::Receiver<Result<Option<Bytes>, RpcError>>,
     closed: bool,
 }
 
-impl SimCall {
+impl TestLink for SimCall {
     /// Queues `part` of the request stream; whole gRPC frames go to the link.
-    pub fn send_frame(&mut self, part: Bytes) -> Result<(), RpcError> {
+    fn send_frame(&mut self, part: Bytes) -> Result<(), RpcError> {
         self.buf.extend_from_slice(&part);
         let mut st = self.net.state.borrow_mut();
         st.activity += 1;
@@ -364,16 +368,7 @@ impl SimCall {
         Ok(())
     }
 
-    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
-        match self.rx.recv_async().await {
-            Ok(Ok(Some(body))) => decode_message(body).map(Some),
-            Ok(Ok(None)) => Ok(None),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(RpcError::unavailable("simulated stream reset")),
-        }
-    }
-
-    pub fn close(&mut self) {
+    fn close(&mut self) {
         self.closed = true;
         if let Some(link) = self.net.state.borrow_mut().links.get_mut(&self.id) {
             link.closed = true;

@@ -10,11 +10,11 @@
 //! Lives on: the simulation's one executor thread.
 
 use crate::control::ControlMsg;
-use crate::keyspace::{
+use crate::control::keyspace::{
     Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items,
     decode_members,
 };
-use crate::stores::persist::{PersistJob, PersistOutcome, StoreMsg};
+use crate::control::stores::persist::{PersistJob, PersistOutcome, StoreMsg};
 use bytes::Bytes;
 use protocol::Fragment;
 use sha1::{Digest, Sha1};
@@ -279,7 +279,7 @@ pub async fn serve_store(
     incarnation: u64,
     rx: flume::Receiver<StoreMsg>,
 ) {
-    let (health_tx, health_rx) = watch::channel(crate::stores::Health {
+    let (health_tx, health_rx) = watch::channel(crate::control::stores::Health {
         checks: 1,
         error: None,
         permanent: false,

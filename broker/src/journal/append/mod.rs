@@ -1,0 +1,433 @@
+//! The Append RPC as Gazette's appendFSM: a state machine ([`fsm`]) whose named states
+//! resolve the journal, acquire its pipeline (the spool), start or reuse the pipeline and
+//! sync it (rolling forward), advertise the Route, validate the preconditions ([`validate`]),
+//! stream the content ([`stream`]), await the commit and update the registers ([`commit`]),
+//! and release the spool and pipeline (or proxy, or answer a status, or fail). The
+//! machine's transitions are pure; the driver here performs each state's action and feeds
+//! its outcome back.
+//!
+//! Lives on: the journal's owner core. The spool is held through an async mutex (Gazette's
+//! "acquire pipeline"), never through a `RefCell` borrow across an `.await`; the driver
+//! holds it only inside [`Driver::hold`], so that letting go of it is one scope's end.
+
+mod commit;
+mod fsm;
+mod route;
+mod stream;
+mod sync;
+mod validate;
+
+// The simulation (test builds) proposes rolls as the append does.
+#[allow(unused_imports)]
+pub(crate) use sync::empty_at;
+
+use crate::journal::call::{CallIn, CallOut};
+use crate::journal::core::Core;
+use crate::journal::pipeline::Pipeline;
+use crate::journal::replica::Replica;
+use crate::journal::routing::resolver::Resolution;
+use fsm::{Effect, Event, Fate, KeptPipeline, Reply, Resolved, State, Streamed, transition};
+use protocol::append_request::Suspend as SuspendMode;
+use protocol::grpc::RpcError;
+use protocol::journal_spec::suspend::Level;
+use protocol::{AppendRequest, AppendResponse, JournalSpec, LabelSet, Route, Status};
+use std::rc::Rc;
+use std::time::{Instant, SystemTime};
+use storage::spool::Spool;
+use stream::{Record, StreamCtx};
+use validate::{Preconditions, may_carry_content, may_write, suspend_of};
+
+/// Serves one Append call: `req` is its first message, `input` the rest of the client's
+/// stream and `out` the reply.
+pub async fn append(
+    core: &Rc<Core>,
+    req: AppendRequest,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
+    crate::errors::validate_append(&req)?;
+    let driver = Driver {
+        core,
+        req,
+        input,
+        out,
+        res: None,
+        acquired: Instant::now(),
+        registers: LabelSet::default(),
+        record: Record::default(),
+    };
+    driver.run().await
+}
+
+/// What the spool's holder holds: the journal's replica, its locked spool and, once
+/// started, the pipeline.
+struct Held<'r> {
+    replica: &'r Rc<Replica>,
+    spool: tokio::sync::MutexGuard<'r, Spool>,
+    pln: Option<Pipeline>,
+    /// A kept pipeline built for another Route, closed before a new one opens.
+    stale: Option<Pipeline>,
+}
+
+impl Held<'_> {
+    /// The started pipeline (every state after StartPipeline has one).
+    fn pipeline(&mut self) -> &mut Pipeline {
+        self.pln
+            .as_mut()
+            .expect("the pipeline is started before it is used")
+    }
+
+    /// Takes the replica's kept pipeline: reused if it serves `route`.
+    fn take_kept(&mut self, route: &Route) -> KeptPipeline {
+        let kept = self.replica.pipeline.borrow_mut().take();
+        match kept {
+            Some(p) if p.serves(route) => {
+                self.pln = Some(p);
+                KeptPipeline::Serves
+            }
+            Some(stale) => {
+                self.stale = Some(stale);
+                KeptPipeline::Stale
+            }
+            None => KeptPipeline::None,
+        }
+    }
+
+    /// Lets go of the pipeline as `fate` says (the spool goes with `self`).
+    fn release(&mut self, core: &Core, fate: Fate) {
+        if fate == Fate::Rollback {
+            // Replicas roll back what this append sent them when its streams reset.
+            self.spool.rollback();
+        }
+        match (fate, self.pln.take()) {
+            (Fate::Keep, Some(pln)) => sync::keep_pipeline(core, self.replica, pln),
+            (_, pln) => drop(pln),
+        }
+    }
+}
+
+/// The latest resolution (the machine starts by resolving), borrowed apart from the
+/// driver's other fields.
+fn resolution(res: &Option<Resolution>) -> &Resolution {
+    res.as_ref().expect("the append resolves first")
+}
+
+/// The resolved journal's spec (every state after an OK resolution has one).
+fn spec_of(res: &Option<Resolution>) -> &JournalSpec {
+    resolution(res)
+        .spec
+        .as_ref()
+        .expect("an OK resolution has a spec")
+}
+
+/// Runs one Append call through the machine.
+struct Driver<'a> {
+    core: &'a Rc<Core>,
+    req: AppendRequest,
+    input: &'a mut CallIn,
+    out: &'a mut CallOut,
+    /// The latest resolution (the first state resolves).
+    res: Option<Resolution>,
+    /// When the synchronized primary began validating (the commit's latency metric).
+    acquired: Instant,
+    /// The journal's registers as validated; the commit updates them.
+    registers: LabelSet,
+    /// The streamed content's figures, for the commit and the reply.
+    record: Record,
+}
+
+impl Driver<'_> {
+    async fn run(mut self) -> Result<(), RpcError> {
+        let mut state = State::Resolve { read_through: 0 };
+        loop {
+            state = match state {
+                State::Done => return Ok(()),
+                State::Failed(err) => return Err(err),
+                State::Proxy => return self.proxy().await,
+                State::AcquirePipeline { read_through } => self.hold(read_through).await,
+                free => {
+                    let event = self.perform_free(&free).await;
+                    transition(free, event).0
+                }
+            };
+        }
+    }
+
+    /// Takes the journal's replica and spool, and drives the machine while holding them,
+    /// until a transition lets them go (or the call ends); returns the next state.
+    async fn hold(&mut self, read_through: i64) -> State {
+        let mut state = State::AcquirePipeline { read_through };
+        let journal = self.res().journal.clone();
+        let replica = match self.core.replica(&journal).await {
+            Ok(replica) => replica,
+            Err(err) => return transition(state, Event::Failed(err)).0,
+        };
+        let mut held = Held {
+            replica: &replica,
+            spool: replica.spool.lock().await,
+            pln: None,
+            stale: None,
+        };
+        // Discard content of any earlier append that was abandoned mid-stream (its task was
+        // dropped on a deadline or cancellation before it could roll back itself).
+        held.spool.rollback();
+        loop {
+            let event = self.perform_held(&state, &mut held).await;
+            let (next, effect) = transition(state, event);
+            match effect {
+                Effect::None => {}
+                Effect::RollbackSpool => held.spool.rollback(),
+                Effect::Release(fate) => {
+                    held.release(self.core, fate);
+                    return next;
+                }
+            }
+            if next.is_terminal() {
+                return next;
+            }
+            debug_assert!(
+                next.holds_spool() || matches!(next, State::Respond(_)),
+                "{next:?} reached without the spool's release"
+            );
+            state = next;
+        }
+    }
+
+    /// The actions of the states that run without the spool.
+    async fn perform_free(&mut self, state: &State) -> Event {
+        match state {
+            State::Resolve { read_through } => {
+                if *read_through > 0 {
+                    self.core.keyspace.wait_for(*read_through).await;
+                }
+                self.resolve().await
+            }
+            State::ResumeSuspended { .. } => {
+                let offset = suspend_of(self.res().spec.as_ref()).1;
+                match route::update_suspend(self.core, self.res(), Level::None, offset).await {
+                    Ok(()) => self.resolve().await,
+                    Err(err) => Event::Failed(err),
+                }
+            }
+            State::AwaitDesiredReplicas { .. } => {
+                let res = self.res();
+                Event::Gap {
+                    gap: route::replication_gap(self.core, res),
+                    revision: res.snapshot.revision,
+                }
+            }
+            State::Respond(reply) => self.respond(reply).await,
+            // The machine never leads here (`fsm` tests the spool's states).
+            held => Event::Failed(RpcError::internal(format!(
+                "append: {held:?} runs only with the journal's spool"
+            ))),
+        }
+    }
+
+    /// The actions of the states that run with the spool held.
+    async fn perform_held(&mut self, state: &State, held: &mut Held<'_>) -> Event {
+        let core = self.core;
+        let outcome = match state {
+            State::AcquirePipeline { .. } => return self.resolve().await,
+            State::StartPipeline => return Event::Kept(held.take_kept(&self.route())),
+            State::OpenPipeline => self.open_pipeline(held).await.map(|()| Event::Done),
+            State::SyncPipeline {
+                roll_to, registers, ..
+            } => sync::sync_round(core, held, self.spec(), *roll_to, registers.as_ref())
+                .await
+                .map(Event::Synced),
+            State::UpdateAssignments => route::update_assignments(core, self.res())
+                .await
+                .map(Event::Assignments),
+            State::AwaitIndex => return self.await_index(held).await,
+            State::ValidatePreconditions => {
+                return Event::Facts(Box::new(self.preconditions(held)));
+            }
+            State::UpdateSuspend { level, offset, .. } => {
+                route::update_suspend(core, self.res(), *level, *offset)
+                    .await
+                    .map(|()| Event::Done)
+            }
+            State::SuspendFully { offset } => {
+                match route::update_suspend(core, self.res(), Level::Full, *offset).await {
+                    Ok(()) => return self.resolve().await,
+                    Err(err) => Err(err),
+                }
+            }
+            State::RollSpool { plan } => sync::roll_if_due(core, held, self.spec(), plan.roll_to)
+                .await
+                .map(|()| Event::Done),
+            State::StreamContent { .. } => self.stream(held).await.map(Event::Streamed),
+            State::AwaitCommit { .. } => {
+                let journal = &self.res().journal;
+                commit::replicate(core, held, journal, &self.next_registers())
+                    .await
+                    .map(|()| Event::Done)
+            }
+            State::KeepProposed { .. } => {
+                let journal = &self.res().journal;
+                commit::keep_proposed(&mut held.spool, self.next_registers(), journal).await;
+                Ok(Event::Done)
+            }
+            State::UpdateRegisters { .. } => {
+                let registers = self.next_registers();
+                let journal = &resolution(&self.res).journal;
+                commit::commit(held, registers, &mut self.record, journal, self.acquired)
+                    .await
+                    .map(|()| Event::Done)
+            }
+            free => return self.perform_free(free).await,
+        };
+        outcome.unwrap_or_else(Event::Failed)
+    }
+
+    async fn resolve(&mut self) -> Event {
+        match route::resolve(self.core, &self.req).await {
+            Ok(res) => {
+                let facts = Resolved {
+                    status: res.status,
+                    local: res.local,
+                    revision: res.snapshot.revision,
+                    resumes: self.req.suspend == SuspendMode::Resume as i32,
+                };
+                self.res = Some(res);
+                Event::Resolved(facts)
+            }
+            Err(err) => Event::Failed(err),
+        }
+    }
+
+    /// The latest resolution.
+    fn res(&self) -> &Resolution {
+        resolution(&self.res)
+    }
+
+    /// The journal's spec.
+    fn spec(&self) -> &JournalSpec {
+        spec_of(&self.res)
+    }
+
+    fn route(&self) -> Route {
+        self.res().header.route.clone().unwrap_or_default()
+    }
+
+    fn next_registers(&self) -> LabelSet {
+        commit::next_registers(
+            &self.registers,
+            self.req.subtract_registers.as_ref(),
+            self.req.union_registers.as_ref(),
+        )
+    }
+
+    /// Closes a stale kept pipeline and opens one for the resolved Route.
+    async fn open_pipeline(&self, held: &mut Held<'_>) -> Result<(), RpcError> {
+        if let Some(stale) = held.stale.take() {
+            stale.close();
+        }
+        let res = self.res();
+        held.pln = Some(Pipeline::open(self.core, &res.journal, &res.header).await?);
+        Ok(())
+    }
+
+    /// The journal's first store must be healthy, and its stores listed at least once.
+    async fn await_index(&mut self, held: &Held<'_>) -> Event {
+        self.acquired = Instant::now();
+        let first_store = self.core.stores.stores_of(self.spec()).into_iter().next();
+        if let Some(first_store) = first_store
+            && let Err(error) =
+                crate::journal::store_health::await_healthy(self.core, &first_store).await
+        {
+            return Event::StoreUnhealthy(error);
+        }
+        loop {
+            let changed = held.replica.index.borrow().changed();
+            if held.replica.index.borrow().refreshed() {
+                return Event::Done;
+            }
+            changed.await;
+            if held.replica.index.borrow().is_closed() {
+                return Event::IndexClosed;
+            }
+        }
+    }
+
+    /// Copies the preconditions' facts out of the spool, the index, the spec and the
+    /// request; remembers the registers the commit updates.
+    fn preconditions(&mut self, held: &Held<'_>) -> Preconditions {
+        let spec = spec_of(&self.res);
+        let (level, suspend_offset) = suspend_of(Some(spec));
+        let (index_min, index_max, index_mod_time) = held.replica.index.borrow().summary();
+        self.registers = held.spool.registers().clone();
+        Preconditions {
+            registers: self.registers.clone(),
+            check_registers: self.req.check_registers.clone(),
+            spool_begin: held.spool.fragment().begin,
+            spool_end: held.spool.fragment().end,
+            index_min,
+            index_max,
+            index_mod_time,
+            wrote_before: held.replica.wrote_before,
+            level,
+            suspend_offset,
+            flags: spec.flags,
+            flush_interval: validate::flush_interval(spec),
+            offset: self.req.offset,
+            suspend_mode: self.req.suspend,
+            now: validate::unix_secs(SystemTime::now()),
+        }
+    }
+
+    async fn stream(&mut self, held: &mut Held<'_>) -> Result<Streamed, RpcError> {
+        let spec = spec_of(&self.res);
+        let cx = StreamCtx {
+            core: self.core,
+            journal: &resolution(&self.res).journal,
+            spec,
+            may_append: may_write(spec.flags) && may_carry_content(self.req.suspend),
+        };
+        stream::stream(&cx, held, self.input, &mut self.record).await?;
+        Ok(Streamed {
+            not_allowed: self.record.not_allowed,
+            appended: self.record.appended,
+            modifies_registers: self.req.union_registers.is_some()
+                || self.req.subtract_registers.is_some(),
+            has_peers: held.pipeline().has_peers(),
+        })
+    }
+
+    async fn respond(&mut self, reply: &Reply) -> Event {
+        // The reply is the call's last message: its header is taken, not copied.
+        let header = self
+            .res
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.header))
+            .unwrap_or_default();
+        let resp = match reply {
+            Reply::Status { status, registers } => AppendResponse {
+                status: *status as i32,
+                header: Some(header),
+                registers: registers.clone(),
+                ..Default::default()
+            },
+            Reply::StoreUnhealthy(error) => AppendResponse {
+                status: Status::FragmentStoreUnhealthy as i32,
+                header: Some(header),
+                store_health_error: error.clone(),
+                ..Default::default()
+            },
+            Reply::Committed { status } => {
+                commit::committed_reply(&self.record, &self.res().journal, header, *status)
+            }
+        };
+        match self.out.send(&resp).await {
+            Ok(()) => Event::Done,
+            Err(err) => Event::Failed(err),
+        }
+    }
+
+    async fn proxy(self) -> Result<(), RpcError> {
+        let header = self.res().header.clone();
+        crate::journal::routing::proxy::append(self.core, self.req, header, self.input, self.out)
+            .await
+    }
+}

@@ -1,0 +1,227 @@
+//! Pulses (spec §2.2 "Pulses"): every journal whose primary is this broker gets a zero-byte
+//! Append once a minute and at once whenever its assignments change. The pulse syncs the
+//! pipeline (bringing new replicas in), writes the Route into the assignment values (which
+//! lets the allocator proceed) and rolls fragments due a time-based roll, even when no
+//! client appends.
+//!
+//! With `--broker.auto-suspend`, as Gazette's `pulseDaemon`: once a journal's Route has
+//! been stable for [`AUTO_SUSPEND_STABLE_TICKS`] periodic pulses (15 minutes), its pulses
+//! ask SUSPEND_IF_FLUSHED instead of SUSPEND_NO_RESUME, so a journal whose fragments are
+//! all persisted is suspended (and resumed by its next client append).
+//!
+//! Lives on: every core (cluster mode only), for the journals that core owns.
+
+use crate::control::keyspace::Snapshot;
+use crate::journal::call::{self, CallIn};
+use crate::journal::core::{Core, owner_core};
+use protocol::append_request::Suspend;
+use protocol::{AppendRequest, AppendResponse, Route, Status};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// How often idle journals are checked for a pulse when the keyspace is quiet.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Gazette's health-check interval: how often an idle journal is pulsed.
+const PULSE_INTERVAL: Duration = Duration::from_secs(60);
+/// How long one pulse may take before it is abandoned (and retried).
+const PULSE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Periodic pulses with an unchanged Route before auto-suspend asks SUSPEND_IF_FLUSHED
+/// (Gazette's `stableTicks >= 15`).
+pub const AUTO_SUSPEND_STABLE_TICKS: u32 = 15;
+
+#[derive(Default)]
+struct State {
+    /// Journals with a pulse in flight.
+    running: HashSet<String>,
+    /// When each journal was last pulsed, and under which Route.
+    last: HashMap<String, (Instant, Route)>,
+    /// Periodic pulses since each journal's Route last changed.
+    stable: HashMap<String, u32>,
+}
+
+/// Stable ticks of a journal about to be pulsed under `route`: one more after a periodic
+/// pulse under the same Route, zero after a Route change (or the first pulse).
+fn next_ticks(prev: u32, last: Option<&(Instant, Route)>, route: &Route) -> u32 {
+    match last {
+        Some((at, last)) if crate::journal::replicate::equivalent(last, route) => {
+            if at.elapsed() >= PULSE_INTERVAL {
+                prev.saturating_add(1)
+            } else {
+                prev
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// The suspend mode of a pulse (Gazette's `pulseDaemon`).
+fn pulse_suspend(auto_suspend: bool, ticks: u32) -> Suspend {
+    if auto_suspend && ticks >= AUTO_SUSPEND_STABLE_TICKS {
+        Suspend::IfFlushed
+    } else {
+        Suspend::NoResume
+    }
+}
+
+pub async fn run(core: Rc<Core>) {
+    if !core.keyspace.current().cluster {
+        return;
+    }
+    let state = Rc::new(RefCell::new(State::default()));
+    let mut rx = core.keyspace.subscribe();
+    loop {
+        let snap = rx.borrow_and_update().clone();
+        let due_now = due(&core, &snap, &state.borrow());
+        for journal in due_now {
+            state.borrow_mut().running.insert(journal.clone());
+            glommio::spawn_local(pulse(core.clone(), state.clone(), journal, snap.clone()))
+                .detach();
+        }
+        // Wake on the next keyspace change, or to pulse idle journals.
+        let changed = futures_lite::future::or(async { rx.changed().await.is_ok() }, async {
+            glommio::timer::sleep(IDLE_CHECK).await;
+            true
+        })
+        .await;
+        if !changed {
+            return;
+        }
+    }
+}
+
+/// The journals this core should pulse now: those it is primary of, owned by this core,
+/// with no pulse in flight, whose Route changed, whose assignments don't advertise it yet,
+/// or that were not pulsed for a minute.
+fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
+    let mut out = Vec::new();
+    for (journal, assignments) in &snap.assignments {
+        if owner_core(journal, core.cores) != core.index || state.running.contains(journal) {
+            continue;
+        }
+        if !snap.journals.contains_key(journal) {
+            continue;
+        }
+        let route = snap.assigned_route(journal);
+        let primary = usize::try_from(route.primary)
+            .ok()
+            .and_then(|i| route.members.get(i));
+        if primary != Some(&core.process_id) {
+            continue;
+        }
+        let consistent = assignments
+            .iter()
+            .all(|a| crate::journal::replicate::equivalent(&a.value, &route));
+        let fresh = state.last.get(journal).is_some_and(|(at, last)| {
+            at.elapsed() < PULSE_INTERVAL && crate::journal::replicate::equivalent(last, &route)
+        });
+        if !consistent || !fresh {
+            out.push(journal.clone());
+        }
+    }
+    out
+}
+
+async fn pulse(
+    core: Rc<Core>,
+    state: Rc<RefCell<State>>,
+    journal: String,
+    snap: std::sync::Arc<Snapshot>,
+) {
+    let route = snap.assigned_route(&journal);
+    let ticks = {
+        let st = state.borrow();
+        let prev = st.stable.get(&journal).copied().unwrap_or(0);
+        next_ticks(prev, st.last.get(&journal), &route)
+    };
+    let suspend = pulse_suspend(core.cfg.auto_suspend, ticks);
+    let outcome = futures_lite::future::or(pulse_once(&core, &journal, suspend), async {
+        glommio::timer::sleep(PULSE_TIMEOUT).await;
+        Err("timed out".to_string())
+    })
+    .await;
+    match outcome {
+        Ok(
+            Status::Ok
+            | Status::NotJournalPrimaryBroker
+            | Status::NoJournalPrimaryBroker
+            | Status::JournalNotFound
+            | Status::Suspended,
+        ) => {}
+        Ok(status) => tracing::debug!(%journal, ?status, "journal pulse (will retry)"),
+        Err(err) => tracing::warn!(%journal, %err, "journal pulse failed (will retry)"),
+    }
+    let mut st = state.borrow_mut();
+    st.running.remove(&journal);
+    st.stable.insert(journal.clone(), ticks);
+    st.last.insert(journal, (Instant::now(), route));
+}
+
+/// One zero-byte Append (do_not_proxy, SUSPEND_NO_RESUME or, auto-suspending,
+/// SUSPEND_IF_FLUSHED) through the append FSM.
+async fn pulse_once(core: &Rc<Core>, journal: &str, suspend: Suspend) -> Result<Status, String> {
+    let (input, mut output, mut client) = call::channel_call();
+    // The commit intent (an empty chunk), then EOF.
+    let empty = bytes::Bytes::from(prost::Message::encode_to_vec(&AppendRequest::default()));
+    client
+        .requests
+        .send_async(Ok(empty))
+        .await
+        .map_err(|_| "pulse input closed".to_string())?;
+    // Replacing the sender drops the original: the append sees EOF after the chunk.
+    client.requests = flume::bounded(1).0;
+    let req = AppendRequest {
+        journal: journal.to_string(),
+        do_not_proxy: true,
+        suspend: suspend as i32,
+        ..Default::default()
+    };
+    let mut input: CallIn = input;
+    let result = crate::journal::append::append(core, req, &mut input, &mut output).await;
+    result.map_err(|e| e.message)?;
+    drop(output);
+    match client.next::<AppendResponse>().await {
+        Ok(Some(resp)) => Ok(Status::try_from(resp.status).unwrap_or(Status::Ok)),
+        Ok(None) => Err("pulse got no response".to_string()),
+        Err(e) => Err(e.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_suspend_waits_for_a_stable_route() {
+        let route = Route {
+            primary: 0,
+            ..Default::default()
+        };
+        let other = Route {
+            primary: 1,
+            ..Default::default()
+        };
+        let long_ago = Instant::now() - PULSE_INTERVAL - Duration::from_secs(1);
+        // The first pulse, and any after a Route change, start over.
+        assert_eq!(next_ticks(7, None, &route), 0);
+        assert_eq!(next_ticks(7, Some(&(long_ago, other)), &route), 0);
+        // A periodic pulse under the same Route counts; an early re-pulse does not.
+        assert_eq!(next_ticks(7, Some(&(long_ago, route.clone())), &route), 8);
+        assert_eq!(
+            next_ticks(7, Some(&(Instant::now(), route.clone())), &route),
+            7
+        );
+
+        assert_eq!(pulse_suspend(false, 100), Suspend::NoResume);
+        assert_eq!(
+            pulse_suspend(true, AUTO_SUSPEND_STABLE_TICKS - 1),
+            Suspend::NoResume
+        );
+        assert_eq!(
+            pulse_suspend(true, AUTO_SUSPEND_STABLE_TICKS),
+            Suspend::IfFlushed
+        );
+    }
+}

@@ -1,0 +1,1033 @@
+//! The spool: a journal's current fragment, written through io_uring and
+//! recoverable after `kill -9`.
+//!
+//! A spool appends content in two phases, as Gazette's replication protocol
+//! does: [`Spool::write`] places uncommitted bytes in the file and folds them
+//! into a *pending* running SHA-1, then [`Spool::commit`] makes them part of
+//! the fragment (or [`Spool::rollback`] forgets them). Readers only ever see
+//! the committed fragment.
+//!
+//! # Write path
+//!
+//! 1. `write`: the content is copied into a buffer owned by glommio and
+//!    written at file position `end - begin + delta` (one `pwrite` through
+//!    io_uring, awaited). The pending SHA-1 and `delta` advance.
+//! 2. `commit`: one record (end, time, registers if changed, crc32c) is
+//!    appended to the `.commits` log and awaited. **This is the durability
+//!    point against process crashes**: page-cache writes survive `kill -9`.
+//!    Then the pending SHA-1, end and registers are adopted.
+//! 3. `sync` (optional, not part of `commit`): `fdatasync` of the content
+//!    file and the log, and `fsync` of the directories whose entries changed.
+//!    Only this survives power loss. No fsync is ever retried: a failed sync
+//!    poisons the spool.
+//!
+//! A failed content write or commit (a full disk) fails that call only: the
+//! committed fragment, the pending content before the call and the sums are
+//! unchanged, bytes the failed call may have left in the files lie past what
+//! any reader or recovery sees (a torn commit record is cut from the log
+//! before the next record), and the next call tries again, so appends resume
+//! by themselves once space is back.
+//!
+//! # Files
+//!
+//! `<root>/<16 hex digits of SHA1(journal)[..8]>/` holds `JOURNAL` (the
+//! journal's name) and, per fragment, `<begin %016x>.spool` (content; file
+//! position 0 is journal offset `begin`) and `<begin %016x>.commits` (the
+//! commit log, see `record.rs`). Files are created at a fragment's first
+//! write or commit, so empty spools leave nothing behind.
+//!
+//! Directory creation, listing and the small `JOURNAL` file use blocking
+//! `std::fs` calls, once per `open`; all fragment I/O goes through glommio.
+//!
+//! # Recovery
+//!
+//! See [`Spool::open`]: each fragment is cut to the end of its last intact
+//! commit record and re-hashed; the fragment with the greatest begin becomes
+//! the spool again, the others are returned as completed fragments.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use glommio::io::{BufferedFile, Directory};
+use protocol::{CompressionCodec, Fragment, LabelSet};
+use sha1::{Digest, Sha1};
+
+use crate::StorageError;
+use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, write_all};
+use crate::record::{self, CommitRecord};
+use crate::summer::Summer;
+use protocol::sum::zero_sum;
+
+/// Chunk size for re-hashing a fragment's content during recovery.
+const RECOVERY_READ_LEN: usize = 1 << 20;
+/// Name of the file holding the journal's name in its spool directory.
+const JOURNAL_FILE: &str = "JOURNAL";
+
+/// Disk operations of spools (and their fragment files) in flight on this thread. With the
+/// `sim` feature, the broker's simulator waits until there are none before its next event,
+/// so that a run does not depend on how fast the kernel completes I/O; without it, every
+/// function here is empty.
+pub mod in_flight {
+    #[cfg(feature = "sim")]
+    thread_local! {
+        static COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Held for the length of one operation.
+    pub struct Op(());
+
+    #[inline(always)]
+    pub fn op() -> Op {
+        #[cfg(feature = "sim")]
+        COUNT.with(|c| c.set(c.get() + 1));
+        Op(())
+    }
+
+    impl Drop for Op {
+        #[inline(always)]
+        fn drop(&mut self) {
+            #[cfg(feature = "sim")]
+            COUNT.with(|c| c.set(c.get() - 1));
+        }
+    }
+
+    /// Operations in flight on this thread (always 0 without the `sim` feature).
+    pub fn count() -> usize {
+        #[cfg(feature = "sim")]
+        return COUNT.with(|c| c.get());
+        #[cfg(not(feature = "sim"))]
+        0
+    }
+}
+
+/// The journal's fragment currently being written.
+///
+/// Lives on: the journal's owner core (`!Send`; methods take `&mut self`, so
+/// writes, commits and rolls of one spool never overlap).
+pub struct Spool {
+    root: PathBuf,
+    dir: PathBuf,
+    /// The committed fragment: what readers and peers may see.
+    fragment: Fragment,
+    registers: LabelSet,
+    /// Uncommitted bytes written past `fragment.end`.
+    delta: i64,
+    first_append_time: Option<SystemTime>,
+    file: Rc<FragmentFile>,
+    /// The commit log, once created.
+    commits: Option<BufferedFile>,
+    /// Length of the commit log: where the next record goes.
+    commits_len: u64,
+    /// Registers as of the last record in the log (None: no record yet).
+    logged_registers: Option<LabelSet>,
+    /// SHA-1 over [begin, end).
+    committed_sum: Summer,
+    /// SHA-1 over [begin, end + delta).
+    pending_sum: Summer,
+    /// Furthest file position ever written (may exceed the committed length
+    /// after a rollback).
+    written_len: u64,
+    /// Whether directory entries were created since the last `sync`.
+    dirs_dirty: bool,
+    /// A commit record may have been partly written past `commits_len`: cut the log back
+    /// to `commits_len` before the next record.
+    log_tail_dirty: bool,
+    poisoned: Option<String>,
+    /// Test builds: the next content write or commit fails after writing half its bytes.
+    #[cfg(test)]
+    fail_next: Option<FailNext>,
+}
+
+/// An injected failure (test builds).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FailNext {
+    Write,
+    Commit,
+}
+
+/// The directory holding `journal`'s spools under `root`.
+pub fn journal_dir(root: &Path, journal: &str) -> PathBuf {
+    let digest = Sha1::digest(journal.as_bytes());
+    root.join(hex::encode(&digest[..8]))
+}
+
+impl Spool {
+    /// Opens the spool of `journal` under `root`, creating its directory, or
+    /// recovering its fragments after a crash or restart:
+    ///
+    /// * For each `.spool` file, the last intact record of its `.commits` log
+    ///   gives the committed end (a torn record at the tail is ignored, as is
+    ///   every record after a damaged one). Content past that end was never
+    ///   acknowledged: the file is cut to it. Registers are those of the last
+    ///   intact record, the SHA-1 is recomputed from the file, and the first
+    ///   append time is that of the first record that added content.
+    /// * Fragments with no committed bytes are deleted.
+    /// * The fragment with the greatest begin becomes the spool (appends
+    ///   continue into it, under its recorded codec); the others are returned
+    ///   as completed fragments, in begin order, for the broker to index and
+    ///   persist.
+    /// * With nothing to recover, the spool is empty at offset 0 with `codec`
+    ///   and empty registers.
+    ///
+    /// At most one `Spool` of a journal may be open at a time.
+    pub async fn open(
+        root: &Path,
+        journal: &str,
+        codec: CompressionCodec,
+    ) -> Result<(Spool, Vec<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
+        let dir = journal_dir(root, journal);
+        prepare_dir(&dir, journal)?;
+
+        let mut recovered = Vec::new();
+        for begin in list_fragments(&dir)? {
+            if let Some(fragment) = recover_fragment(&dir, journal, begin).await? {
+                recovered.push(fragment);
+            }
+        }
+        // Only the last fragment may be empty (the spool a roll began): empty earlier ones
+        // were rolled past before their files were removed.
+        let last = recovered.len().saturating_sub(1);
+        let mut kept = Vec::with_capacity(recovered.len());
+        for (i, fragment) in recovered.into_iter().enumerate() {
+            if i < last && fragment.fragment.end == fragment.fragment.begin {
+                FragmentFile::new(&dir, fragment.fragment.begin)
+                    .remove()
+                    .await?;
+            } else {
+                kept.push(fragment);
+            }
+        }
+        let mut recovered = kept;
+        let spool = match recovered.pop() {
+            Some(current) => Spool::from_recovered(root, dir.clone(), current),
+            None => Spool::empty(
+                root,
+                dir.clone(),
+                journal,
+                0,
+                codec as i32,
+                LabelSet::default(),
+            ),
+        };
+        let mut completed = Vec::with_capacity(recovered.len());
+        for fragment in recovered {
+            completed.push(fragment.into_completed(&dir).await);
+        }
+        tracing::info!(
+            journal,
+            dir = %dir.display(),
+            begin = spool.fragment.begin,
+            end = spool.fragment.end,
+            completed = completed.len(),
+            "opened spool"
+        );
+        Ok((spool, completed))
+    }
+
+    fn empty(
+        root: &Path,
+        dir: PathBuf,
+        journal: &str,
+        begin: i64,
+        codec: i32,
+        registers: LabelSet,
+    ) -> Spool {
+        assert!(begin >= 0);
+        let file = Rc::new(FragmentFile::new(&dir, begin));
+        Spool {
+            root: root.to_owned(),
+            dir,
+            fragment: Fragment {
+                journal: journal.to_owned(),
+                begin,
+                end: begin,
+                sum: Some(zero_sum()),
+                compression_codec: codec,
+                backing_store: String::new(),
+                mod_time: 0,
+                path_postfix: String::new(),
+            },
+            registers,
+            delta: 0,
+            first_append_time: None,
+            file,
+            commits: None,
+            commits_len: 0,
+            logged_registers: None,
+            committed_sum: Summer::new(),
+            pending_sum: Summer::new(),
+            written_len: 0,
+            dirs_dirty: true,
+            log_tail_dirty: false,
+            poisoned: None,
+            #[cfg(test)]
+            fail_next: None,
+        }
+    }
+
+    fn from_recovered(root: &Path, dir: PathBuf, r: RecoveredFragment) -> Spool {
+        let written_len = (r.fragment.end - r.fragment.begin) as u64;
+        let file = Rc::new(FragmentFile::with_file(&dir, r.fragment.begin, r.file));
+        Spool {
+            root: root.to_owned(),
+            dir,
+            fragment: r.fragment,
+            logged_registers: Some(r.registers.clone()),
+            registers: r.registers,
+            delta: 0,
+            first_append_time: r.first_append_time,
+            file,
+            commits: Some(r.commits),
+            commits_len: r.commits_len,
+            pending_sum: r.sum.clone(),
+            committed_sum: r.sum,
+            written_len,
+            dirs_dirty: true,
+            log_tail_dirty: false,
+            poisoned: None,
+            #[cfg(test)]
+            fail_next: None,
+        }
+    }
+
+    /// The committed fragment: journal, begin, end, SHA-1 of [begin, end)
+    /// (zero when empty) and codec; never persisted, so `backing_store` is
+    /// empty, `mod_time` 0 and `path_postfix` empty.
+    pub fn fragment(&self) -> &Fragment {
+        &self.fragment
+    }
+
+    /// The journal's registers as of the last commit (or as set or recovered).
+    pub fn registers(&self) -> &LabelSet {
+        &self.registers
+    }
+
+    /// Number of uncommitted bytes written past the committed end.
+    pub fn delta(&self) -> i64 {
+        self.delta
+    }
+
+    /// Wall-clock time of the first commit that added content to this
+    /// fragment, if any did.
+    pub fn first_append_time(&self) -> Option<SystemTime> {
+        self.first_append_time
+    }
+
+    /// The fragment's content file, shared with readers.
+    pub fn file(&self) -> Rc<FragmentFile> {
+        self.file.clone()
+    }
+
+    /// The directory holding this journal's spool files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The fragment that committing the pending content would produce:
+    /// end + delta, with the SHA-1 of [begin, end + delta).
+    pub fn next(&self) -> Fragment {
+        let mut next = self.fragment.clone();
+        next.end += self.delta;
+        next.sum = Some(if next.end == next.begin {
+            zero_sum()
+        } else {
+            self.pending_sum.sum()
+        });
+        next
+    }
+
+    /// Writes uncommitted `content` after any already pending, at journal
+    /// offset `end + delta`. Not visible to readers until `commit`.
+    pub async fn write(&mut self, content: &Bytes) -> Result<(), StorageError> {
+        self.write_summing(content, None).await
+    }
+
+    /// `write`, adding `content` also to `also` (an append's own sum) in the same pass over
+    /// the bytes as the spool's sum (see [`Summer::update_pair`]). `also` is updated only
+    /// when the write succeeds.
+    pub async fn write_summing(
+        &mut self,
+        content: &Bytes,
+        also: Option<&mut Summer>,
+    ) -> Result<(), StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        if content.is_empty() {
+            return Ok(());
+        }
+        let pos = self.content_len() + self.delta as u64;
+        let file = self.file.clone();
+        #[cfg(test)]
+        let fail = self.fail_next.take_if(|f| *f == FailNext::Write).is_some();
+        #[cfg(not(test))]
+        let fail = false;
+        let result = async {
+            let handle = file.get_or_create().await?;
+            if fail {
+                let half = content.get(..content.len() / 2).unwrap_or_default();
+                write_all(handle, half, pos)
+                    .await
+                    .and_then(|()| Err(std::io::Error::from(std::io::ErrorKind::StorageFull)))
+                    .map_err(|e| StorageError::io("writing", file.path(), e))?;
+            }
+            write_all(handle, content, pos)
+                .await
+                .map_err(|e| StorageError::io("writing", file.path(), e))
+        }
+        .await;
+        if let Err(e) = result {
+            // Nothing is adopted: the next write goes to the same position, over whatever
+            // part of this one reached the file, and a completed fragment is cut to its end.
+            self.written_len = self.written_len.max(pos + content.len() as u64);
+            tracing::warn!(journal = %self.fragment.journal, error = %e,
+                "spool write failed; the append is refused, the spool stays usable");
+            return Err(e);
+        }
+        self.dirs_dirty |= pos == 0;
+        match also {
+            Some(other) => Summer::update_pair(&mut self.pending_sum, other, content),
+            None => self.pending_sum.update(content),
+        }
+        self.delta += content.len() as i64;
+        self.written_len = self.written_len.max(pos + content.len() as u64);
+        Ok(())
+    }
+
+    /// Commits the pending content with `registers`, returning the new
+    /// committed fragment. Content writes have all completed (each `write`
+    /// awaits its own); the commit record is appended and awaited, and only
+    /// then is the new state adopted. A commit with no pending content and
+    /// unchanged registers writes nothing.
+    pub async fn commit(&mut self, registers: LabelSet) -> Result<Fragment, StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        assert!(self.delta >= 0);
+        if self.delta == 0 && registers == self.registers {
+            return Ok(self.fragment.clone());
+        }
+        let next = self.next();
+        let now = SystemTime::now();
+
+        let mut buf = Vec::with_capacity(64);
+        // Also when a first commit's write failed after creating the log.
+        if self.commits_len == 0 {
+            record::encode_header(self.fragment.compression_codec, &mut buf);
+        }
+        let changed = self.logged_registers.as_ref() != Some(&registers);
+        record::encode_record(
+            &CommitRecord {
+                end: next.end,
+                time_unix_ms: unix_ms(now),
+                registers: changed.then(|| registers.clone()),
+            },
+            &mut buf,
+        );
+        if let Err(e) = self.append_log(&buf).await {
+            tracing::warn!(journal = %self.fragment.journal, error = %e,
+                "spool commit failed; the append is refused, the spool stays usable");
+            return Err(e);
+        }
+
+        if self.delta > 0 && self.first_append_time.is_none() {
+            self.first_append_time = Some(now);
+        }
+        self.fragment = next;
+        self.committed_sum = self.pending_sum.clone();
+        self.logged_registers = Some(registers.clone());
+        self.registers = registers;
+        self.delta = 0;
+        assert!(self.fragment.end >= self.fragment.begin);
+        Ok(self.fragment.clone())
+    }
+
+    /// Discards pending content: the next write overwrites its positions.
+    pub fn rollback(&mut self) {
+        if self.delta != 0 {
+            tracing::debug!(journal = %self.fragment.journal, delta = self.delta, "spool rollback");
+        }
+        self.delta = 0;
+        self.pending_sum = self.committed_sum.clone();
+    }
+
+    /// Replaces the registers without committing, as a replica does when it
+    /// rolls forward to a peer's larger proposal. They reach the log with the
+    /// next commit; until then a crash restores the logged ones.
+    pub fn set_registers(&mut self, registers: LabelSet) {
+        self.registers = registers;
+    }
+
+    /// Completes the current fragment and begins an empty one at `at` (no
+    /// less than the committed end) with `codec`; registers carry over and
+    /// pending content is discarded. Returns the completed fragment if it has
+    /// content; an empty one is deleted instead.
+    pub async fn roll(
+        &mut self,
+        at: i64,
+        codec: CompressionCodec,
+    ) -> Result<Option<LocalFragment>, StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        if at < self.fragment.end {
+            return Err(StorageError::InvalidRoll {
+                journal: self.fragment.journal.clone(),
+                at,
+                end: self.fragment.end,
+            });
+        }
+        self.rollback();
+        let mut next = Spool::empty(
+            &self.root,
+            self.dir.clone(),
+            &self.fragment.journal,
+            at,
+            codec as i32,
+            self.registers.clone(),
+        );
+        next.dirs_dirty = self.dirs_dirty;
+        // The new fragment's begin is made durable (an empty content file and a commit
+        // log whose one record ends at `at`), so that after `kill -9` the spool recovers
+        // at `at` rather than at the completed fragment's end: a roll forward must never
+        // be undone, or the journal's write head would go back. When both fragments share
+        // a begin (an empty spool rolled in place), the old files go first.
+        let in_place = at == self.fragment.begin;
+        if !in_place && let Err(e) = next.mark_begin().await {
+            return Err(self.poison(e));
+        }
+        let previous = std::mem::replace(self, next);
+        let completed = previous.complete().await;
+        if in_place && let Err(e) = self.mark_begin().await {
+            return Err(self.poison(e));
+        }
+        Ok(completed)
+    }
+
+    /// Writes the empty fragment's files: a content file and a commit log whose one record
+    /// ends at `begin` with the spool's registers (recovery then finds the fragment).
+    async fn mark_begin(&mut self) -> Result<(), StorageError> {
+        debug_assert!(self.commits.is_none() && self.fragment.end == self.fragment.begin);
+        self.file.get_or_create().await?;
+        let mut buf = Vec::with_capacity(64);
+        record::encode_header(self.fragment.compression_codec, &mut buf);
+        record::encode_record(
+            &CommitRecord {
+                end: self.fragment.begin,
+                time_unix_ms: unix_ms(SystemTime::now()),
+                registers: Some(self.registers.clone()),
+            },
+            &mut buf,
+        );
+        self.append_log(&buf).await?;
+        self.logged_registers = Some(self.registers.clone());
+        Ok(())
+    }
+
+    /// Applies a replication proposal (Gazette's spool rules, spec §2.5), as a replica does
+    /// for every proposal of its primary and a primary does for its own:
+    ///
+    /// 1. Roll forward if the proposal ends beyond anything this spool knows (`end + delta`),
+    ///    or is zero-length at exactly the committed end: the current fragment is completed
+    ///    (returned if it has content, for indexing and persistence) and an empty one begins
+    ///    at the proposal's end with its codec; when that end is beyond the committed end,
+    ///    the proposal's registers are adopted.
+    /// 2. A proposal equal to the committed fragment (all eight fields) with equal registers
+    ///    is OK and discards pending content (this is also how a primary rolls back).
+    /// 3. A proposal equal to [`Spool::next`] commits the pending content with its registers.
+    /// 4. Anything else is a mismatch: the spool is unchanged (beyond step 1) and the caller
+    ///    answers with [`Spool::fragment`] and [`Spool::registers`].
+    pub async fn apply_proposal(
+        &mut self,
+        proposal: &Fragment,
+        registers: &LabelSet,
+    ) -> Result<(bool, Option<LocalFragment>), StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        let mut completed = None;
+        let zero_length = proposal.end == proposal.begin;
+        if proposal.end > self.fragment.end + self.delta
+            || (proposal.end == self.fragment.end && zero_length)
+        {
+            let adopt = proposal.end > self.fragment.end;
+            let codec = CompressionCodec::try_from(proposal.compression_codec)
+                .unwrap_or(CompressionCodec::None);
+            if adopt {
+                // Adopted before the roll, so that its durable begin logs them.
+                self.registers = registers.clone();
+            }
+            completed = self.roll(proposal.end, codec).await?;
+        }
+        if same_fragment(&self.fragment, proposal) && &self.registers == registers {
+            self.rollback();
+            return Ok((true, completed));
+        }
+        if self.delta != 0 && same_fragment(&self.next(), proposal) {
+            self.commit(registers.clone()).await?;
+            return Ok((true, completed));
+        }
+        Ok((false, completed))
+    }
+
+    /// Writes replicated content whose `content_delta` says how many bytes of this append
+    /// the primary had already sent; it must equal this spool's pending byte count.
+    pub async fn apply_content(
+        &mut self,
+        content: &Bytes,
+        content_delta: i64,
+    ) -> Result<(), ContentError> {
+        let _op = in_flight::op();
+        if content_delta != self.delta {
+            return Err(ContentError::Delta(format!(
+                "invalid ContentDelta ({content_delta}; expected {})",
+                self.delta
+            )));
+        }
+        self.write(content).await.map_err(ContentError::Storage)
+    }
+
+    /// Forgets the current fragment's content, keeping its begin, codec and registers: its
+    /// files are removed and the spool is empty at `begin`. A replica rejoining a cluster
+    /// does this with its recovered spool, whose last commits it cannot tell acknowledged
+    /// from abandoned (a primary may have failed before acknowledging, and the journal's
+    /// history moved on without this broker); the pipeline's sync then rolls it forward.
+    pub async fn discard(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        let mut next = Spool::empty(
+            &self.root,
+            self.dir.clone(),
+            &self.fragment.journal,
+            self.fragment.begin,
+            self.fragment.compression_codec,
+            self.registers.clone(),
+        );
+        next.dirs_dirty = true;
+        let mut previous = std::mem::replace(self, next);
+        if let Some(log) = previous.commits.take()
+            && let Err(e) = log.close().await
+        {
+            tracing::warn!(error = %e, "closing a discarded commit log");
+        }
+        previous.file.remove().await?;
+        // As after a roll: the empty spool's begin survives a crash.
+        self.mark_begin().await
+    }
+
+    /// Flushes the fragment's content and commit log to the device
+    /// (`fdatasync`), and the directories if entries were created since the
+    /// last sync. Covers only the current fragment: call it before `roll` if
+    /// the completed fragment must survive power loss too.
+    pub async fn sync(&mut self) -> Result<(), StorageError> {
+        let _op = in_flight::op();
+        self.check()?;
+        if let Err(e) = self.sync_inner().await {
+            return Err(self.poison(e));
+        }
+        Ok(())
+    }
+
+    async fn sync_inner(&mut self) -> Result<(), StorageError> {
+        if let Some(file) = self.file.get() {
+            file.fdatasync()
+                .await
+                .map_err(|e| StorageError::io("syncing", self.file.path(), e.into()))?;
+        }
+        if let Some(log) = &self.commits {
+            log.fdatasync()
+                .await
+                .map_err(|e| StorageError::io("syncing", self.file.commits_path(), e.into()))?;
+        }
+        if self.dirs_dirty {
+            for dir in [&self.dir, &self.root] {
+                sync_dir(dir).await?;
+            }
+            self.dirs_dirty = false;
+        }
+        Ok(())
+    }
+
+    fn content_len(&self) -> u64 {
+        (self.fragment.end - self.fragment.begin) as u64
+    }
+
+    fn check(&self) -> Result<(), StorageError> {
+        match &self.poisoned {
+            None => Ok(()),
+            Some(cause) => Err(StorageError::Poisoned {
+                journal: self.fragment.journal.clone(),
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    fn poison(&mut self, e: StorageError) -> StorageError {
+        tracing::error!(journal = %self.fragment.journal, error = %e, "spool poisoned");
+        self.poisoned = Some(e.to_string());
+        e
+    }
+
+    async fn append_log(&mut self, buf: &[u8]) -> Result<(), StorageError> {
+        if self.log_tail_dirty
+            && let Some(log) = &self.commits
+        {
+            // A failed append may have left part of a record: cut it, so that the log
+            // never holds a torn record before an intact one.
+            log.truncate(self.commits_len)
+                .await
+                .map_err(|e| StorageError::io("truncating", self.file.commits_path(), e.into()))?;
+            self.log_tail_dirty = false;
+        }
+        if self.commits.is_none() {
+            let path = self.file.commits_path();
+            let log = open_rw(path, true)
+                .await
+                .map_err(|e| StorageError::io("creating", path, e))?;
+            self.commits = Some(log);
+            self.commits_len = 0;
+            self.dirs_dirty = true;
+        }
+        let log = self.commits.as_ref().expect("created above");
+        #[cfg(test)]
+        if self.fail_next.take_if(|f| *f == FailNext::Commit).is_some() {
+            let half = buf.get(..buf.len() / 2).unwrap_or_default();
+            let _ = write_all(log, half, self.commits_len).await;
+            self.log_tail_dirty = true;
+            return Err(StorageError::io(
+                "appending to",
+                self.file.commits_path(),
+                std::io::Error::from(std::io::ErrorKind::StorageFull),
+            ));
+        }
+        if let Err(e) = write_all(log, buf, self.commits_len).await {
+            self.log_tail_dirty = true;
+            return Err(StorageError::io(
+                "appending to",
+                self.file.commits_path(),
+                e,
+            ));
+        }
+        self.commits_len += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Closes the log and hands back the fragment if it has content, else
+    /// deletes its files.
+    async fn complete(mut self) -> Option<LocalFragment> {
+        let had_log = self.commits.is_some();
+        if let Some(log) = self.commits.take()
+            && let Err(e) = log.close().await
+        {
+            tracing::warn!(path = %self.file.commits_path().display(), error = %e, "closing commit log");
+        }
+        let content_len = self.content_len();
+        if content_len == 0 {
+            if (had_log || self.file.get().is_some())
+                && let Err(e) = self.file.remove().await
+            {
+                tracing::warn!(path = %self.file.path().display(), error = %e, "removing empty spool");
+            }
+            return None;
+        }
+        // Cut rolled-back bytes so the file holds exactly the fragment.
+        if self.written_len > content_len
+            && let Some(file) = self.file.get()
+            && let Err(e) = file.truncate(content_len).await
+        {
+            tracing::warn!(path = %self.file.path().display(), error = %e, "truncating completed spool");
+        }
+        Some(LocalFragment {
+            fragment: self.fragment,
+            file: self.file,
+        })
+    }
+
+    /// Makes the next content write or commit fail with ENOSPC after writing half of its
+    /// bytes, as on a full disk.
+    #[cfg(test)]
+    pub(crate) fn fail_next(&mut self, what: FailNext) {
+        self.fail_next = Some(what);
+    }
+
+    /// Marks the spool failed, as a failed sync would.
+    #[cfg(test)]
+    pub(crate) fn poison_for_test(&mut self) {
+        let e = StorageError::io("testing", &self.dir, std::io::ErrorKind::Other.into());
+        self.poison(e);
+    }
+}
+
+impl std::fmt::Debug for Spool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spool")
+            .field("fragment", &self.fragment)
+            .field("registers", &self.registers)
+            .field("delta", &self.delta)
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}
+
+/// Why replicated content could not be applied.
+#[derive(Debug)]
+pub enum ContentError {
+    /// The primary's `content_delta` disagrees with this spool: a protocol error.
+    Delta(String),
+    Storage(StorageError),
+}
+
+impl std::fmt::Display for ContentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContentError::Delta(msg) => f.write_str(msg),
+            ContentError::Storage(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Gazette's Fragment equality over its eight fields; an absent sum equals the zero sum
+/// (Go always sends one, prost decodes it as present).
+pub fn same_fragment(a: &Fragment, b: &Fragment) -> bool {
+    let sum = |f: &Fragment| f.sum.unwrap_or_default();
+    a.journal == b.journal
+        && a.begin == b.begin
+        && a.end == b.end
+        && sum(a) == sum(b)
+        && a.compression_codec == b.compression_codec
+        && a.backing_store == b.backing_store
+        && a.mod_time == b.mod_time
+        && a.path_postfix == b.path_postfix
+}
+
+/// A fragment read back from disk by `open`.
+struct RecoveredFragment {
+    fragment: Fragment,
+    registers: LabelSet,
+    first_append_time: Option<SystemTime>,
+    file: BufferedFile,
+    commits: BufferedFile,
+    commits_len: u64,
+    sum: Summer,
+}
+
+impl RecoveredFragment {
+    async fn into_completed(self, dir: &Path) -> LocalFragment {
+        if let Err(e) = self.commits.close().await {
+            tracing::warn!(error = %e, "closing recovered commit log");
+        }
+        let file = FragmentFile::with_file(dir, self.fragment.begin, self.file);
+        LocalFragment {
+            fragment: self.fragment,
+            file: Rc::new(file),
+        }
+    }
+}
+
+/// Creates the journal directory and its `JOURNAL` file, or checks that an
+/// existing directory belongs to `journal`. Blocking, once per `open`.
+fn prepare_dir(dir: &Path, journal: &str) -> Result<(), StorageError> {
+    std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
+    let path = dir.join(JOURNAL_FILE);
+    match std::fs::read(&path) {
+        // An empty file is a JOURNAL write lost to power failure: rewrite it.
+        Ok(found) if !found.is_empty() => {
+            if found != journal.as_bytes() {
+                return Err(StorageError::JournalMismatch {
+                    dir: dir.to_owned(),
+                    journal: journal.to_owned(),
+                    found: String::from_utf8_lossy(&found).into_owned(),
+                });
+            }
+            Ok(())
+        }
+        Ok(_) => std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e))
+        }
+        Err(e) => Err(StorageError::io("reading", &path, e)),
+    }
+}
+
+/// Begins of the fragments in `dir` (named `<begin %016x>.spool`), ascending.
+/// Commit logs without a content file are leftovers of a deletion cut short,
+/// and are removed. Blocking, once per `open`.
+fn list_fragments(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut spools = Vec::new();
+    let mut logs = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("listing", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io("listing", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(begin) = name.strip_suffix(".spool").and_then(parse_begin) {
+            spools.push(begin);
+        } else if let Some(begin) = name.strip_suffix(".commits").and_then(parse_begin) {
+            logs.push(begin);
+        }
+    }
+    spools.sort_unstable();
+    for begin in logs {
+        if spools.binary_search(&begin).is_err() {
+            let path = dir.join(format!("{begin:016x}.commits"));
+            tracing::warn!(path = %path.display(), "removing commit log without content file");
+            std::fs::remove_file(&path).map_err(|e| StorageError::io("removing", &path, e))?;
+        }
+    }
+    Ok(spools)
+}
+
+fn parse_begin(hex: &str) -> Option<i64> {
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    i64::try_from(u64::from_str_radix(hex, 16).ok()?).ok()
+}
+
+/// Recovers the fragment beginning at `begin`, or deletes its files and
+/// returns None if it has no committed content.
+async fn recover_fragment(
+    dir: &Path,
+    journal: &str,
+    begin: i64,
+) -> Result<Option<RecoveredFragment>, StorageError> {
+    let names = FragmentFile::new(dir, begin);
+    let (path, log_path) = (names.path(), names.commits_path());
+
+    let file = open_rw(path, false)
+        .await
+        .map_err(|e| StorageError::io("opening", path, e))?;
+    let content_len = file
+        .file_size()
+        .await
+        .map_err(|e| StorageError::io("sizing", path, e.into()))?;
+
+    let log = match open_rw(log_path, false).await {
+        Ok(log) => Some(log),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(StorageError::io("opening", log_path, e)),
+    };
+    let mut scanned = None;
+    let mut log_len = 0;
+    if let Some(log) = &log {
+        log_len = log
+            .file_size()
+            .await
+            .map_err(|e| StorageError::io("sizing", log_path, e.into()))?;
+        let buf = read_up_to(log, 0, log_len as usize)
+            .await
+            .map_err(|e| StorageError::io("reading", log_path, e))?;
+        scanned = record::scan(&buf, begin, content_len);
+    }
+
+    // A fragment without content is kept only if its log marks its begin (a roll's).
+    let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin || s.records > 0), log)
+    else {
+        tracing::warn!(journal, begin, path = %path.display(), "removing spool without committed content");
+        names.remove().await?;
+        return Ok(None);
+    };
+
+    let committed_len = (scanned.end - begin) as u64;
+    if content_len > committed_len {
+        tracing::warn!(
+            journal,
+            begin,
+            end = scanned.end,
+            cut = content_len - committed_len,
+            "cutting uncommitted spool content"
+        );
+        file.truncate(committed_len)
+            .await
+            .map_err(|e| StorageError::io("truncating", path, e.into()))?;
+    }
+    if log_len > scanned.valid_len as u64 {
+        tracing::warn!(
+            journal,
+            begin,
+            cut = log_len - scanned.valid_len as u64,
+            "cutting torn commit log tail"
+        );
+        log.truncate(scanned.valid_len as u64)
+            .await
+            .map_err(|e| StorageError::io("truncating", log_path, e.into()))?;
+    }
+
+    let sum = hash_content(&file, committed_len)
+        .await
+        .map_err(|e| StorageError::io("re-hashing", path, e))?;
+    let fragment = Fragment {
+        journal: journal.to_owned(),
+        begin,
+        end: scanned.end,
+        // An empty fragment (a roll's durable begin) has the zero sum, as every empty
+        // spool: its own proposal must match it after a restart.
+        sum: Some(if committed_len == 0 {
+            zero_sum()
+        } else {
+            sum.sum()
+        }),
+        compression_codec: scanned.codec,
+        backing_store: String::new(),
+        mod_time: 0,
+        path_postfix: String::new(),
+    };
+    tracing::info!(
+        journal,
+        begin,
+        end = scanned.end,
+        records = scanned.records,
+        "recovered spool fragment"
+    );
+    Ok(Some(RecoveredFragment {
+        fragment,
+        registers: scanned.registers,
+        first_append_time: scanned.first_append_unix_ms.and_then(from_unix_ms),
+        file,
+        commits: log,
+        commits_len: scanned.valid_len as u64,
+        sum,
+    }))
+}
+
+/// SHA-1 over the first `len` bytes of `file`.
+async fn hash_content(file: &BufferedFile, len: u64) -> std::io::Result<Summer> {
+    let mut sum = Summer::new();
+    let mut pos = 0u64;
+    while pos < len {
+        let want = (len - pos).min(RECOVERY_READ_LEN as u64) as usize;
+        let chunk = read_up_to(file, pos, want).await?;
+        if chunk.len() != want {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        sum.update(&chunk);
+        pos += want as u64;
+    }
+    Ok(sum)
+}
+
+async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    let handle = Directory::open(dir)
+        .await
+        .map_err(|e| StorageError::io("opening", dir, e.into()))?;
+    handle
+        .sync()
+        .await
+        .map_err(|e| StorageError::io("syncing", dir, e.into()))?;
+    let _ = handle.close().await;
+    Ok(())
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    }
+}
+
+fn from_unix_ms(ms: i64) -> Option<SystemTime> {
+    UNIX_EPOCH.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
+}
+
+#[cfg(test)]
+mod tests;
