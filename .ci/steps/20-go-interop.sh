@@ -116,7 +116,9 @@ status=0
 
 echo "== go test (tests/go) against $ADDRESS"
 set +e
-(cd tests/go && COURANT_ADDRESS="$ADDRESS" go test -count=1 -v -timeout 10m ./...) 2>&1 | tee "$LOGDIR/go-test.log"
+# COURANT_FILE_ROOT: the broker's default file store root, which tests that read fragments
+# directly (do_not_proxy) install as the Go client's file:// transport.
+(cd tests/go && COURANT_ADDRESS="$ADDRESS" COURANT_FILE_ROOT="$DATA/fragments" go test -count=1 -v -timeout 10m ./...) 2>&1 | tee "$LOGDIR/go-test.log"
 go_rc=${PIPESTATUS[0]}
 set -e
 if [ "$go_rc" != 0 ]; then

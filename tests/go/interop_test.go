@@ -798,6 +798,14 @@ func TestRouteCacheDirectDispatch(t *testing.T) {
 	}
 	checkCommit(t, resp, j, second, first.Commit.End)
 
+	// The second append rolled the first fragment, which the broker may already have
+	// persisted to its file:// store and dropped locally (more likely on a loaded
+	// machine). A do_not_proxy read of it then gets a file:// fragment URL, which the Go
+	// client reads only with a file transport installed, as Gazette documents for
+	// clients sharing a NAS store (client.InstallFileTransport).
+	if root := os.Getenv("COURANT_FILE_ROOT"); root != "" {
+		defer client.InstallFileTransport(root)()
+	}
 	var rr = client.NewRetryReader(dctx, rjc, pb.ReadRequest{Journal: j, Offset: 0, DoNotProxy: true})
 	got, err := readUntilErr(rr)
 	if !errors.Is(err, client.ErrOffsetNotYetAvailable) || string(got) != "via service address\n"+second {
