@@ -9,11 +9,11 @@
 //! next append builds a new one.
 
 use crate::journal::core::Core;
-use crate::journal::replicate::equivalent;
 use crate::journal::routing::peer::PeerCall;
 use crate::journal::routing::resolver;
 use protocol::grpc::{RpcError, encode_frame};
 use protocol::process_spec::Id;
+use protocol::route::equivalent;
 use protocol::{Fragment, Header, LabelSet, ReplicateRequest, ReplicateResponse, Route, Status};
 use std::rc::Rc;
 

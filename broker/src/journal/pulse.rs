@@ -46,7 +46,7 @@ struct State {
 /// pulse under the same Route, zero after a Route change (or the first pulse).
 fn next_ticks(prev: u32, last: Option<&(Instant, Route)>, route: &Route) -> u32 {
     match last {
-        Some((at, last)) if crate::journal::replicate::equivalent(last, route) => {
+        Some((at, last)) if protocol::route::equivalent(last, route) => {
             if at.elapsed() >= PULSE_INTERVAL {
                 prev.saturating_add(1)
             } else {
@@ -113,9 +113,9 @@ fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
         }
         let consistent = assignments
             .iter()
-            .all(|a| crate::journal::replicate::equivalent(&a.value, &route));
+            .all(|a| protocol::route::equivalent(&a.value, &route));
         let fresh = state.last.get(journal).is_some_and(|(at, last)| {
-            at.elapsed() < PULSE_INTERVAL && crate::journal::replicate::equivalent(last, &route)
+            at.elapsed() < PULSE_INTERVAL && protocol::route::equivalent(last, &route)
         });
         if !consistent || !fresh {
             out.push(journal.clone());

@@ -13,16 +13,11 @@ use crate::journal::replica::Replica;
 use crate::journal::routing::resolver::{self, Args};
 use futures_lite::future;
 use protocol::grpc::RpcError;
+use protocol::route::equivalent;
 use protocol::validate::Validate;
 use protocol::{Header, ReplicateRequest, ReplicateResponse, Route, Status};
 use std::rc::Rc;
 use storage::spool::{ContentError, Spool};
-
-/// Gazette's Route equivalence: same members in the same order and the same primary
-/// (endpoints are ignored).
-pub fn equivalent(a: &Route, b: &Route) -> bool {
-    a.primary == b.primary && a.members == b.members
-}
 
 pub async fn replicate(
     core: &Rc<Core>,

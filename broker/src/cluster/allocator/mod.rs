@@ -67,8 +67,9 @@ use crate::control::KeySpaceHandle;
 use crate::control::keyspace::{
     Assignment, Compare, Op, PutLease, Snapshot, assign_key, item_key, member_key,
 };
+use protocol::JournalSpec;
 use protocol::journal_spec::suspend::Level;
-use protocol::{JournalSpec, Route};
+use protocol::route::equivalent;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -132,11 +133,6 @@ pub fn desired_replication(spec: &JournalSpec, max_replication: u32) -> usize {
     } else {
         r.min(max_replication as usize)
     }
-}
-
-/// Gazette's `Route.Equivalent`: same members and primary; endpoints are not compared.
-fn equivalent(a: &Route, b: &Route) -> bool {
-    a.primary == b.primary && a.members == b.members
 }
 
 /// Whether every assignment of `journal` holds a Route equivalent to the one its

@@ -7,7 +7,7 @@ use crate::control::keyspace::{KeyValue, decode_assignments, decode_items, decod
 use bytes::Bytes;
 use prost::Message;
 use protocol::process_spec::Id;
-use protocol::{BrokerSpec, ProcessSpec, journal_spec};
+use protocol::{BrokerSpec, ProcessSpec, Route, journal_spec};
 
 const ROOT: &str = "/gazette/cluster";
 

@@ -71,7 +71,7 @@ pub(super) async fn update_assignments(
     let mut ops = Vec::new();
     for a in &assignments {
         let key = assign_key(root, &res.journal, &a.zone, &a.suffix, a.slot);
-        if !crate::journal::replicate::equivalent(&a.value, &route) {
+        if !protocol::route::equivalent(&a.value, &route) {
             ops.push(Op::Put {
                 key: key.clone(),
                 value: value.clone().into(),
