@@ -2,7 +2,8 @@
 //! each names one rule of the real code that a test switches off, expecting the simulator
 //! to report a violation within a bounded number of seeds (`crate::sim`'s
 //! `checker_catches_*` tests). Hooks: `AckBeforeReplicas` in `Pipeline::gather_ok`,
-//! `SkipRollForward` in `pipeline::decide_sync`, `KeepRecoveredSpool` in `Replica::open`.
+//! `SkipRollForward` in `pipeline::decide_sync`, `KeepRecoveredSpool` in `Replica::open`,
+//! `SkipRegisterCheck` in the append FSM's validation.
 //!
 //! Lives on: a thread-local of the thread that runs the simulation, in test builds only. In
 //! every other build [`active`] is a constant `false`, so production pays nothing.
@@ -17,7 +18,8 @@ pub enum Mutation {
     /// A restarted cluster broker keeps its recovered spool's unconfirmed content instead
     /// of discarding it (`Replica::open`).
     KeepRecoveredSpool,
-    /// The append skips its `check_registers` precondition (hooked by the append FSM).
+    /// The append skips its `check_registers` precondition (hooked in the append FSM's
+    /// validation; caught by the simulator's invariant 6).
     #[allow(dead_code)]
     SkipRegisterCheck,
 }

@@ -9,6 +9,8 @@
 //!    acknowledged lands after it, and acknowledged ranges never overlap.
 //! 4. Every fragment the store receives has the SHA-1 of its bytes.
 //! 5. Liveness: once faults stop, every journal accepts an append within a few attempts.
+//! 6. An append whose register check matches no registers is never acknowledged while the
+//!    journal holds registers (checked by the driver from the append's response).
 //!
 //! Lives on: the simulation's one executor thread.
 

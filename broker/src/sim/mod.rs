@@ -44,9 +44,15 @@
 //! Mutations (`crate::mutation`) prove the checker: `checker_catches_*` run seeds with one
 //! rule of the real code switched off and expect a violation within [`MUTATION_SEEDS`].
 //!
+//! Registers: every random append unions `writer=sim` into the journal's registers, and
+//! every eighth one instead checks registers no append writes; such an append must never be
+//! acknowledged while the journal holds registers (invariant 6, `SkipRegisterCheck`).
+//!
 //! Found in the real code: a replica's wait for its spool spun when the keyspace watch
 //! closed (`replicate.rs`); a roll forward did not survive kill -9, so a write head could
-//! go back (`storage::spool`, now durable). The first (mirror) simulator had found the
+//! go back (`storage::spool`, now durable); a discarded spool kept the registers of the
+//! commits it forgot and, at an end where its peers held others, refused every roll in
+//! place, so the journal's pipeline never synced again (`Spool::discard`, now adopting). The first (mirror) simulator had found the
 //! lease-expiry divergence that `Replica::open`'s discard fixes; `KeepRecoveredSpool`
 //! checks that this simulator finds it too.
 //!
@@ -202,7 +208,7 @@ impl fmt::Display for Violation {
         }
         write!(
             f,
-            "replay with COURANT_SIM_SEED={} cargo test -p courant-broker --bin courant sim::",
+            "replay with COURANT_SIM_SEED={} cargo test -p courant-broker --lib sim::",
             self.seed
         )
     }
@@ -265,6 +271,20 @@ struct InFlight {
     started: usize,
     /// An append at an explicit offset (a head reset).
     reset: bool,
+    /// An append whose `check_registers` matches no registers the journal ever holds:
+    /// acknowledged only while the journal has no registers at all.
+    unmatchable: bool,
+}
+
+/// A register set of one label.
+fn register(name: &str, value: &str) -> protocol::LabelSet {
+    protocol::LabelSet {
+        labels: vec![protocol::Label {
+            name: name.into(),
+            value: value.into(),
+            prefix: false,
+        }],
+    }
 }
 
 /// Brokers alternate between two zones, so the allocator spreads Routes over both.
@@ -691,6 +711,8 @@ impl Sim {
 
     /// Starts a client's append of a few bytes to journal `j` (random if `None`).
     fn start_append(&mut self, j: Option<usize>) {
+        // Only the run's random appends (not the liveness check's) may be unmatchable.
+        let random = j.is_none();
         let j = j.unwrap_or_else(|| self.rng.below(self.cfg.journals));
         let snap = self.world.keyspace.borrow().latest();
         let (_, primary) = self.route(&snap, j);
@@ -729,10 +751,20 @@ impl Sim {
         } else {
             0
         };
+        // Every eighth random append checks registers that no append ever writes (the others write
+        // `writer=sim`), so it must be refused with REGISTER_MISMATCH once the journal has
+        // registers; it decides by the step, not the seed's generator, so that runs without
+        // it keep their traces.
+        let unmatchable = random && self.step % 8 == 3;
         let req = AppendRequest {
             journal: journal_name(j),
             do_not_proxy: true,
             offset,
+            check_registers: unmatchable.then(|| protocol::LabelSelector {
+                include: Some(register("never", "written")),
+                exclude: None,
+            }),
+            union_registers: (!unmatchable).then(|| register("writer", "sim")),
             ..Default::default()
         };
         self.log(format!(
@@ -758,6 +790,7 @@ impl Sim {
             },
             task: Some(task),
             response: None,
+            unmatchable,
             head_at_start: self.checker.heads[j],
             reset: offset != 0,
             started: self.step,
@@ -796,6 +829,14 @@ impl Sim {
                 Ok(()) if resp.status == Status::Ok as i32 => {
                     if a.reset {
                         self.reset_head[a.journal] = false;
+                    }
+                    let registers = resp.registers.clone().unwrap_or_default();
+                    if a.unmatchable && !registers.labels.is_empty() {
+                        return self.fail(format!(
+                            "invariant 6: journal-{}: an append whose register check matches no \
+                             registers was acknowledged while the journal held {:?}",
+                            a.journal, registers.labels
+                        ));
                     }
                     let commit = resp.commit.unwrap_or_default();
                     self.stats.acked += 1;
@@ -1323,4 +1364,9 @@ fn checker_catches_skipped_roll_forward() {
 #[test]
 fn checker_catches_a_kept_recovered_spool() {
     caught(Mutation::KeepRecoveredSpool);
+}
+
+#[test]
+fn checker_catches_a_skipped_register_check() {
+    caught(Mutation::SkipRegisterCheck);
 }

@@ -131,6 +131,10 @@ pub struct Spool {
     written_len: u64,
     /// Whether directory entries were created since the last `sync`.
     dirs_dirty: bool,
+    /// The registers are not known to hold at `begin` (after [`Spool::discard`], which
+    /// keeps the registers of the commits it forgets): the next roll takes a proposal's
+    /// registers even in place, as a spool behind the proposal would.
+    registers_unknown: bool,
     /// A commit record may have been partly written past `commits_len`: cut the log back
     /// to `commits_len` before the next record.
     log_tail_dirty: bool,
@@ -262,6 +266,7 @@ impl Spool {
             pending_sum: Summer::new(),
             written_len: 0,
             dirs_dirty: true,
+            registers_unknown: false,
             log_tail_dirty: false,
             poisoned: None,
             #[cfg(test)]
@@ -287,6 +292,7 @@ impl Spool {
             committed_sum: r.sum,
             written_len,
             dirs_dirty: true,
+            registers_unknown: false,
             log_tail_dirty: false,
             poisoned: None,
             #[cfg(test)]
@@ -550,7 +556,11 @@ impl Spool {
         if proposal.end > self.fragment.end + self.delta
             || (proposal.end == self.fragment.end && zero_length)
         {
-            let adopt = proposal.end > self.fragment.end;
+            // Gazette's rule: registers come with a proposal beyond our end. A discarded
+            // spool takes them in place too: the ones it kept may be of commits it forgot,
+            // and a replica that keeps them at an end where its peers hold others would
+            // answer PROPOSAL_MISMATCH to every sync (found by the simulator).
+            let adopt = proposal.end > self.fragment.end || self.registers_unknown;
             let codec = CompressionCodec::try_from(proposal.compression_codec)
                 .unwrap_or(CompressionCodec::None);
             if adopt {
@@ -561,10 +571,12 @@ impl Spool {
         }
         if same_fragment(&self.fragment, proposal) && &self.registers == registers {
             self.rollback();
+            self.registers_unknown = false;
             return Ok((true, completed));
         }
         if self.delta != 0 && same_fragment(&self.next(), proposal) {
             self.commit(registers.clone()).await?;
+            self.registers_unknown = false;
             return Ok((true, completed));
         }
         Ok((false, completed))
@@ -604,6 +616,7 @@ impl Spool {
             self.registers.clone(),
         );
         next.dirs_dirty = true;
+        next.registers_unknown = true;
         let mut previous = std::mem::replace(self, next);
         if let Some(log) = previous.commits.take()
             && let Err(e) = log.close().await

@@ -76,6 +76,38 @@ fn discard_survives_a_crash() {
     });
 }
 
+/// Found by the simulator once its appends used registers: a discarded spool kept the
+/// registers of the commits it forgot, and at an end where its peers held others it
+/// answered PROPOSAL_MISMATCH to every roll in place (Gazette's rule keeps one's own
+/// registers there), so the journal's pipeline never synced. A discarded spool takes the
+/// proposal's registers in place; any other spool still follows Gazette's rule.
+#[test]
+fn a_discarded_spool_takes_a_roll_in_place_with_its_registers() {
+    let tmp = tempfile::tempdir().unwrap();
+    run(|| async move {
+        let forgotten = labels(&[("writer", "forgotten")]);
+        let peers = labels(&[("writer", "peers")]);
+        let (mut spool, _) = Spool::open(tmp.path(), J, Raw).await.unwrap();
+        spool.write(&b("abc")).await.unwrap();
+        spool.commit(forgotten.clone()).await.unwrap();
+        spool.discard().await.unwrap();
+        assert_eq!(spool.registers(), &forgotten);
+        let (ok, _) = spool
+            .apply_proposal(&frag(0, 0, b"", Raw), &peers)
+            .await
+            .unwrap();
+        assert!(ok, "a discarded spool syncs with its peers' registers");
+        assert_eq!(spool.registers(), &peers);
+        // Known registers again: Gazette's rule applies (scenario 27).
+        let (ok, _) = spool
+            .apply_proposal(&frag(0, 0, b"", Raw), &forgotten)
+            .await
+            .unwrap();
+        assert!(!ok);
+        assert_eq!(spool.registers(), &peers);
+    });
+}
+
 async fn read_all(file: &FragmentFile, f: &Fragment) -> Vec<u8> {
     file.read_at(f.begin, (f.end - f.begin) as usize)
         .await
