@@ -121,7 +121,9 @@ impl CostProbe {
         }
     }
 
-    pub fn finish(mut self, appends_per_s: Option<f64>) -> Cost {
+    /// The cost from the start to now (the probe goes on: call it at each tick of the
+    /// window and keep the last).
+    pub fn cost(&mut self, appends_per_s: Option<f64>) -> Cost {
         self.observe();
         let ctx1 = sum_each(&self.pids, procs::ctx_switches);
         let cross1 = procs::scrape_counter(&self.address, CROSS_CORE_COUNTER);
@@ -286,7 +288,9 @@ pub fn loadgen(
                     probe = Some(CostProbe::start(&pids, &broker.address()));
                 } else if line.contains("s measure]") {
                     window_end = Some((at, cpu_each(&pids)));
-                    ended = probe.take().map(|p| p.finish(None));
+                    if let Some(p) = probe.as_mut() {
+                        ended = Some(p.cost(None));
+                    }
                 }
                 if let Some(p) = probe.as_mut() {
                     p.observe();
@@ -440,7 +444,7 @@ pub fn appendsvc(
         probe.observe();
     }
     let (t1, c1) = (Instant::now(), cpu_each(&pids));
-    let cost = probe.finish(None);
+    let cost = probe.cost(None);
     let (broker_cores, _) = cores_between(t0, &c0, t1, &c1);
     let (peak_rss_bytes, _) = rss_each(&pids);
     let output = wait_output(child, Duration::from_secs(40));
