@@ -156,22 +156,38 @@ pub(crate) async fn open_rw(path: &Path, create: bool) -> std::io::Result<Buffer
 }
 
 /// Writes all of `content` at `pos`, resubmitting after short writes.
+///
+/// A plain `pwrite(2)` on the core's own thread, not an io_uring request: ext4 cannot take
+/// a buffered write without blocking (`RWF_NOWAIT` is refused), so io_uring hands every
+/// such write to an io-wq worker thread, which costs two thread switches and a copy of the
+/// content per write (measured: 26 ring requests and 5.2 context switches per 100-byte
+/// append, against 10.7 and 1.2 with this). A page-cache write of an append's bytes takes
+/// microseconds; when the kernel throttles a writer that dirties pages faster than the disk
+/// takes them, this core waits with it, as a Kafka broker's request thread does.
 pub(crate) async fn write_all(
     file: &BufferedFile,
     content: &[u8],
     pos: u64,
 ) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
     let mut written = 0usize;
-    while written < content.len() {
-        // glommio takes ownership of the buffer for the kernel's sake: this
-        // is the one copy of content on the write path.
-        let n = file
-            .write_at(content[written..].to_vec(), pos + written as u64)
-            .await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+    while let Some(rest) = content.get(written..).filter(|rest| !rest.is_empty()) {
+        let at = libc::off_t::try_from(pos + written as u64)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: `fd` stays open while `file` is borrowed; `rest` is a live slice and the
+        // kernel reads at most `rest.len()` bytes from it.
+        let n = unsafe { libc::pwrite(fd, rest.as_ptr().cast(), rest.len(), at) };
+        match n {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n if n < 0 => {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+            n => written += n as usize,
         }
-        written += n;
     }
     Ok(())
 }

@@ -605,12 +605,16 @@ mod tests {
         run(|| async move {
             let (mut spool, _) = Spool::open(&root, J, CompressionCodec::None).await.unwrap();
             let index = Rc::new(RefCell::new(Index::new()));
+            // How far the reader got: the writer waits for it after each append, so each
+            // append is seen as it lands (writes complete without yielding).
+            let progress = Rc::new(std::cell::Cell::new(0i64));
 
             // A blocking reader at offset 0 that reads to end_offset 14,
             // collecting (offset, write_head, fragment end) per metadata
             // message and the content it streams.
             let reader = glommio::spawn_local({
                 let index = index.clone();
+                let progress = progress.clone();
                 async move {
                     let mut offset = 0i64;
                     let mut metadata = Vec::new();
@@ -637,6 +641,7 @@ mod tests {
                         let bytes = file.unwrap().read_at(at, len).await.unwrap();
                         content.extend_from_slice(&bytes);
                         offset = at + bytes.len() as i64;
+                        progress.set(offset);
                     }
                     (metadata, content)
                 }
@@ -653,7 +658,10 @@ mod tests {
                     fragment: spool.fragment().clone(),
                     file: spool.file(),
                 });
-                glommio::executor().yield_task_queue_now().await;
+                let end = spool.fragment().end;
+                while end <= 14 && progress.get() < end {
+                    glommio::executor().yield_task_queue_now().await;
+                }
             }
             let (metadata, content) = reader.await;
             assert_eq!(content, b"foobarbazbing!");

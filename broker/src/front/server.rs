@@ -473,11 +473,14 @@ where
         };
         match accepted {
             Ok((req, respond)) => {
-                let call = ServerCall::new(req, respond, max_recv);
                 let guard = activity.start();
-                let dispatch = core.clone().dispatch(call);
+                // Spawning moves the task's whole future (its size is that of its largest
+                // state, kilobytes for a journal call), and a call's future, once built, is
+                // moved again wherever it goes: the task holds only a box, and the call is
+                // built into it once, when the task first runs.
+                let core = core.clone();
                 glommio::spawn_local(async move {
-                    dispatch.await;
+                    Box::pin(core.dispatch(ServerCall::new(req, respond, max_recv))).await;
                     drop(guard);
                 })
                 .detach();

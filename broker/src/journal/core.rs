@@ -272,26 +272,31 @@ impl Core {
         let core = self.clone();
         match method {
             Method::List => {
-                run_local("List", call, timeout, async move |input, out| {
+                Box::pin(run_local("List", call, timeout, async move |input, out| {
                     crate::journal::list::list(&core, &claims, input, out).await
-                })
+                }))
                 .await
             }
             Method::Apply => {
-                run_local("Apply", call, timeout, async move |input, out| {
-                    crate::journal::list::apply(&core, &claims, input, out).await
-                })
+                Box::pin(run_local(
+                    "Apply",
+                    call,
+                    timeout,
+                    async move |input, out| {
+                        crate::journal::list::apply(&core, &claims, input, out).await
+                    },
+                ))
                 .await
             }
             Method::FragmentStoreHealth => {
-                run_local(
+                Box::pin(run_local(
                     "FragmentStoreHealth",
                     call,
                     timeout,
                     async move |input, out| {
                         crate::journal::store_health::health_rpc(&core, input, out).await
                     },
-                )
+                ))
                 .await
             }
             Method::Append | Method::Read | Method::ListFragments | Method::Replicate => {
@@ -334,7 +339,12 @@ impl Core {
             }
         };
         if !crate::journal::authorize::in_scope(&self, &claims, first.journal()) {
-            crate::journal::authorize::answer_out_of_scope(&self, &first, call.outbound).await;
+            Box::pin(crate::journal::authorize::answer_out_of_scope(
+                &self,
+                &first,
+                call.outbound,
+            ))
+            .await;
             return;
         }
         let owner = owner_core(first.journal(), self.cores);
@@ -393,12 +403,28 @@ async fn run_journal_call(
             FirstRequest::Append(req) => {
                 crate::journal::append::append(&core, req, &mut input, &mut output).await
             }
-            FirstRequest::Read(req) => crate::journal::read::read(&core, req, &mut output).await,
+            // Boxed: a task's future is as large as its largest state, and every call's
+            // task is moved (copied) when it is spawned, so rarer and larger handlers live
+            // on the heap instead of inflating every Append's task.
+            FirstRequest::Read(req) => {
+                Box::pin(crate::journal::read::read(&core, req, &mut output)).await
+            }
             FirstRequest::Fragments(req) => {
-                crate::journal::read::list_fragments(&core, req, &mut output).await
+                Box::pin(crate::journal::read::list_fragments(
+                    &core,
+                    req,
+                    &mut output,
+                ))
+                .await
             }
             FirstRequest::Replicate(req) => {
-                crate::journal::replicate::replicate(&core, req, &mut input, &mut output).await
+                Box::pin(crate::journal::replicate::replicate(
+                    &core,
+                    req,
+                    &mut input,
+                    &mut output,
+                ))
+                .await
             }
         }
     })
@@ -407,22 +433,24 @@ async fn run_journal_call(
     output.finish(outcome);
 }
 
-/// Bounds a handler by the client's `grpc-timeout`.
-async fn with_deadline(
+/// Bounds a handler by the client's `grpc-timeout`. A plain function returning the race
+/// (not an `async fn`): the handler's future is then stored once, not once as the
+/// argument and again in each branch's awaited state (every Append's task carried three
+/// copies of its handler's state, moved several times at each spawn).
+fn with_deadline(
     timeout: Option<Duration>,
     fut: impl Future<Output = Result<(), RpcError>>,
-) -> Result<(), RpcError> {
-    match timeout {
-        None => fut.await,
-        Some(t) => {
-            future::or(fut, async move {
+) -> impl Future<Output = Result<(), RpcError>> {
+    future::or(fut, async move {
+        match timeout {
+            None => future::pending().await,
+            Some(t) => {
                 glommio::timer::sleep(t).await;
                 Err(RpcError::new(
                     Code::DeadlineExceeded,
                     "context deadline exceeded",
                 ))
-            })
-            .await
+            }
         }
-    }
+    })
 }

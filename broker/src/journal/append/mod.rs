@@ -143,10 +143,10 @@ impl Driver<'_> {
             state = match state {
                 State::Done => return Ok(()),
                 State::Failed(err) => return Err(err),
-                State::Proxy => return self.proxy().await,
+                State::Proxy => return Box::pin(self.proxy()).await,
                 State::AcquirePipeline { read_through } => self.hold(read_through).await,
                 free => {
-                    let event = self.perform_free(&free).await;
+                    let event = Box::pin(self.perform_free(&free)).await;
                     transition(free, event).0
                 }
             };
@@ -230,33 +230,50 @@ impl Driver<'_> {
         let outcome = match state {
             State::AcquirePipeline { .. } => return self.resolve().await,
             State::StartPipeline => return Event::Kept(held.take_kept(&self.route())),
-            State::OpenPipeline => self.open_pipeline(held).await.map(|()| Event::Done),
+            State::OpenPipeline => Box::pin(self.open_pipeline(held))
+                .await
+                .map(|()| Event::Done),
             State::SyncPipeline {
                 roll_to, registers, ..
-            } => sync::sync_round(core, held, self.spec(), *roll_to, registers.as_ref())
-                .await
-                .map(Event::Synced),
-            State::UpdateAssignments => route::update_assignments(core, self.res())
+            } => Box::pin(sync::sync_round(
+                core,
+                held,
+                self.spec(),
+                *roll_to,
+                registers.as_ref(),
+            ))
+            .await
+            .map(Event::Synced),
+            State::UpdateAssignments => Box::pin(route::update_assignments(core, self.res()))
                 .await
                 .map(Event::Assignments),
-            State::AwaitIndex => return self.await_index(held).await,
+            State::AwaitIndex => return Box::pin(self.await_index(held)).await,
             State::ValidatePreconditions => {
                 return Event::Facts(Box::new(self.preconditions(held)));
             }
             State::UpdateSuspend { level, offset, .. } => {
-                route::update_suspend(core, self.res(), *level, *offset)
+                Box::pin(route::update_suspend(core, self.res(), *level, *offset))
                     .await
                     .map(|()| Event::Done)
             }
             State::SuspendFully { offset } => {
-                match route::update_suspend(core, self.res(), Level::Full, *offset).await {
+                match Box::pin(route::update_suspend(
+                    core,
+                    self.res(),
+                    Level::Full,
+                    *offset,
+                ))
+                .await
+                {
                     Ok(()) => return self.resolve().await,
                     Err(err) => Err(err),
                 }
             }
-            State::RollSpool { plan } => sync::roll_if_due(core, held, self.spec(), plan.roll_to)
-                .await
-                .map(|()| Event::Done),
+            State::RollSpool { plan } => {
+                Box::pin(sync::roll_if_due(core, held, self.spec(), plan.roll_to))
+                    .await
+                    .map(|()| Event::Done)
+            }
             State::StreamContent { .. } => self.stream(held).await.map(Event::Streamed),
             State::AwaitCommit { .. } => {
                 let journal = &self.res().journal;
@@ -266,7 +283,12 @@ impl Driver<'_> {
             }
             State::KeepProposed { .. } => {
                 let journal = &self.res().journal;
-                commit::keep_proposed(&mut held.spool, self.next_registers(), journal).await;
+                Box::pin(commit::keep_proposed(
+                    &mut held.spool,
+                    self.next_registers(),
+                    journal,
+                ))
+                .await;
                 Ok(Event::Done)
             }
             State::UpdateRegisters { .. } => {
@@ -276,7 +298,7 @@ impl Driver<'_> {
                     .await
                     .map(|()| Event::Done)
             }
-            free => return self.perform_free(free).await,
+            free => return Box::pin(self.perform_free(free)).await,
         };
         outcome.unwrap_or_else(Event::Failed)
     }
