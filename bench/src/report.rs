@@ -26,6 +26,8 @@ pub struct Scenario {
     pub not_run: Option<String>,
     /// Draw the rows as a latency-against-offered-rate plot.
     pub plot: bool,
+    /// The summary shows records/s, latency and CPU per record (latency rows of issue 13).
+    pub show_latency: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -323,6 +325,14 @@ pub fn summary(scenarios: &[Scenario], limits: &Limits) -> String {
                 s.title.clone()
             };
             let show = |m: &Option<Measurement>| match ok(m) {
+                Some(m) if s.show_latency => format!(
+                    "{} rec/s, p50 / p99 / p99.9 {} ms, {} µs CPU/record",
+                    rate(m.records_per_s),
+                    m.latency
+                        .map(|l| format!("{} / {} / {}", num(l.p50), num(l.p99), num(l.p999)))
+                        .unwrap_or_else(|| "–".into()),
+                    m.cpu_us_per_record().map(num).unwrap_or_else(|| "–".into())
+                ),
                 Some(m) if s.plot => m
                     .latency
                     .map(|l| {
@@ -342,13 +352,19 @@ pub fn summary(scenarios: &[Scenario], limits: &Limits) -> String {
                 ),
                 None => cell(m, |_| None),
             };
-            let r = if s.plot {
+            let r = if s.show_latency {
+                format!(
+                    "{} rec/s, p99 {}",
+                    pair_ratio(row, |m| Some(m.records_per_s)),
+                    pair_ratio(row, |m| lat(m).map(|l| l.1))
+                )
+            } else if s.plot {
                 format!("p99 {}", pair_ratio(row, |m| lat(m).map(|l| l.1)))
             } else {
                 pair_ratio(row, |m| Some(m.records_per_s))
             };
             let vs = ok(&row.courant)
-                .filter(|_| !s.plot)
+                .filter(|_| !s.plot && !s.show_latency)
                 .map(|m| {
                     format!(
                         "{:.0}% of loopback TCP",
@@ -663,6 +679,7 @@ mod tests {
             ],
             not_run: None,
             plot: true,
+            show_latency: false,
         }
     }
 

@@ -32,6 +32,30 @@ pub struct LoadSpec {
     pub linger: Option<&'static str>,
     pub warmup_s: f64,
     pub duration_s: f64,
+    /// Which client runs the load.
+    pub client: Client,
+}
+
+/// The client program of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Client {
+    /// `courant-loadgen`.
+    #[default]
+    Loadgen,
+    /// `bench/go/appendsvc -mode stream`: one AppendService writer per journal, as fast as
+    /// the service takes records; no latency.
+    GoStream,
+    /// `bench/go/appendsvc -mode record`: this many writers per journal, one record per
+    /// StartAppend/Release; closed loop, or open loop at the spec's `rate`.
+    GoRecord { writers_per_journal: usize },
+    /// `bench/go/appendsvc -mode single`: one `client.Append` of one record at a time.
+    GoSingle,
+}
+
+impl Client {
+    pub fn is_go(self) -> bool {
+        self != Client::Loadgen
+    }
 }
 
 /// Latencies in milliseconds.
@@ -414,8 +438,25 @@ pub fn appendsvc(
 
     let mut cmd = procs::command(&bins.appendsvc.to_string_lossy());
     cmd.args(["-broker", &broker.address(), "-prefix", prefix])
-        .args(["-journals", &spec.journals.to_string()])
-        .args(["-record-size", &spec.record_size.to_string()])
+        .args(["-journals", &spec.journals.to_string()]);
+    match spec.client {
+        Client::GoRecord {
+            writers_per_journal,
+        } => {
+            cmd.args(["-mode", "record"])
+                .args(["-writers-per-journal", &writers_per_journal.to_string()]);
+            if let Some(rate) = spec.rate {
+                cmd.args(["-rate", &format!("{}", rate.round() as u64)]);
+            }
+        }
+        Client::GoSingle => {
+            cmd.args(["-mode", "single"]);
+        }
+        Client::GoStream | Client::Loadgen => {
+            cmd.args(["-mode", "stream"]);
+        }
+    }
+    cmd.args(["-record-size", &spec.record_size.to_string()])
         .args(["-warmup", &format!("{}ms", (spec.warmup_s * 1e3) as u64)])
         .args([
             "-duration",
@@ -444,7 +485,7 @@ pub fn appendsvc(
         probe.observe();
     }
     let (t1, c1) = (Instant::now(), cpu_each(&pids));
-    let cost = probe.cost(None);
+    let mut cost = probe.cost(None);
     let (broker_cores, _) = cores_between(t0, &c0, t1, &c1);
     let (peak_rss_bytes, _) = rss_each(&pids);
     let output = wait_output(child, Duration::from_secs(40));
@@ -455,6 +496,29 @@ pub fn appendsvc(
     let Ok(v) = serde_json::from_str::<Value>(stdout.trim()) else {
         return Measurement::failure(command, format!("appendsvc printed no JSON: {stdout}"));
     };
+    let mut m = from_appendsvc_json(&v);
+    cost.appends_per_s = v["appendsPerSecond"].as_f64();
+    m.cost = cost;
+    m.command = command;
+    m.json = Some(json.to_path_buf());
+    m.broker_cores = broker_cores;
+    m.peak_rss_bytes = peak_rss_bytes;
+    m.load_average = load_average;
+    m
+}
+
+/// Reads the figures the tables need out of the Go client's JSON (`bench/go/appendsvc`).
+/// Its `appendsPerSecond` (distinct AsyncAppends or Append RPCs done in the window) goes
+/// into the run's [`Cost`] beside the broker's figures.
+pub fn from_appendsvc_json(v: &Value) -> Measurement {
+    let f = |x: &Value| x.as_f64();
+    let l = &v["latencyMs"];
+    let latency = f(&l["p50"]).map(|p50| Latency {
+        p50,
+        p99: f(&l["p99"]).unwrap_or(f64::NAN),
+        p999: f(&l["p999"]).unwrap_or(f64::NAN),
+        max: f(&l["max"]).unwrap_or(f64::NAN),
+    });
     let mut problems = Vec::new();
     if let Some(e) = v["firstError"].as_str() {
         problems.push(format!(
@@ -462,16 +526,33 @@ pub fn appendsvc(
             v["failedRecords"]
         ));
     }
+    let unacked = v["unackedRecords"].as_u64().unwrap_or(0);
+    if unacked > 0 {
+        problems.push(format!(
+            "{unacked} records intended in the window were acknowledged after it (not in the \
+             percentiles)"
+        ));
+    }
+    let records_per_s = f(&v["recordsPerSecond"]).unwrap_or(0.0);
+    let offered_rate = f(&v["targetRate"]);
+    if let Some(target) = offered_rate
+        && records_per_s < 0.95 * target
+    {
+        problems.push(format!(
+            "acknowledged {:.0} records/s of {target:.0} offered",
+            records_per_s
+        ));
+    }
     Measurement {
-        command,
-        json: Some(json.to_path_buf()),
-        records_per_s: v["recordsPerSecond"].as_f64().unwrap_or(0.0),
-        mb_per_s: v["mbPerSecond"].as_f64().unwrap_or(0.0),
-        broker_cores,
-        peak_rss_bytes,
+        offered_rate,
+        records_per_s,
+        mb_per_s: f(&v["mbPerSecond"]).unwrap_or(0.0),
+        latency,
         problems,
-        load_average,
-        cost,
+        cost: Cost {
+            appends_per_s: f(&v["appendsPerSecond"]),
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -516,6 +597,33 @@ mod tests {
         m.broker_cores = Some(0.5);
         // 0.5 cores at 0.2 GB/s: 2.5 CPU-seconds per GB, 2.5 ns per byte.
         assert!((m.cpu_s_per_gb().unwrap() - 2.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn figures_come_from_the_go_clients_json() {
+        let v = json!({
+            "mode": "record", "writersPerJournal": 8, "targetRate": 50000.0,
+            "ackedRecords": 200000, "failedRecords": 3, "unackedRecords": 7,
+            "recordsPerSecond": 40000.0, "mbPerSecond": 4.0, "appendsPerSecond": 8000.0,
+            "latencyMs": {"count": 200000, "p50": 0.2, "p99": 0.9, "p999": 2.5, "max": 7.0},
+            "firstError": "rpc error: code = Unavailable"
+        });
+        let mut m = from_appendsvc_json(&v);
+        assert_eq!(m.records_per_s, 40000.0);
+        assert_eq!(m.offered_rate, Some(50000.0));
+        let l = m.latency.unwrap();
+        assert_eq!((l.p50, l.p99, l.p999, l.max), (0.2, 0.9, 2.5, 7.0));
+        assert_eq!(m.cost.appends_per_s, Some(8000.0));
+        // A failure, late acknowledgements, and a rate short of the offered one.
+        assert_eq!(m.problems.len(), 3, "{:?}", m.problems);
+        m.broker_cores = Some(0.4);
+        assert!((m.cpu_us_per_record().unwrap() - 10.0).abs() < 1e-9);
+        assert!((m.cpu_us_per_append().unwrap() - 50.0).abs() < 1e-9);
+
+        // The stream mode has no latency and no append count.
+        let m = from_appendsvc_json(&json!({"recordsPerSecond": 1e6, "mbPerSecond": 100.0}));
+        assert!(m.latency.is_none() && m.cost.appends_per_s.is_none());
+        assert!(m.problems.is_empty());
     }
 
     #[test]
