@@ -143,6 +143,8 @@ impl Files {
 #[derive(Clone)]
 struct Failure {
     path: PathBuf,
+    /// The OS error, when the failure had one.
+    code: Option<i32>,
     kind: std::io::ErrorKind,
     text: String,
 }
@@ -152,6 +154,9 @@ impl Failure {
         match err {
             StorageError::Io { path, source, .. } => Failure {
                 path: path.clone(),
+                code: source
+                    .raw_os_error()
+                    .or_else(|| os_code_in(&source.to_string())),
                 kind: source.kind(),
                 // Keeps "(os error N)" in the text, which the broker's messages look for.
                 text: match source.raw_os_error() {
@@ -161,6 +166,7 @@ impl Failure {
             },
             other => Failure {
                 path: PathBuf::new(),
+                code: None,
                 kind: std::io::ErrorKind::Other,
                 text: other.to_string(),
             },
@@ -168,12 +174,18 @@ impl Failure {
     }
 
     fn error(&self) -> StorageError {
-        StorageError::io(
-            "syncing",
-            &self.path,
-            std::io::Error::new(self.kind, self.text.clone()),
-        )
+        let source = match self.code {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(self.kind, self.text.clone()),
+        };
+        StorageError::io("syncing", &self.path, source)
     }
+}
+
+/// The `N` of "(os error N)" in an error's text (glommio wraps the OS error in its own).
+fn os_code_in(text: &str) -> Option<i32> {
+    let at = text.rfind("(os error ")?;
+    text[at + 10..].split(')').next()?.parse().ok()
 }
 
 /// The state behind a [`SyncGate`].
@@ -612,6 +624,13 @@ mod tests {
                 matches!(&err, StorageError::Io { op: "syncing", source, .. }
                     if source.to_string().contains("os error 5")),
                 "{err:?}"
+            );
+            // Clients are told the OS error, never the path.
+            let message = err.client_message();
+            assert!(message.contains("Input/output error"), "{message}");
+            assert!(
+                !message.contains(&*tmp.path().to_string_lossy()),
+                "{message}"
             );
             assert!(t1_again.wait().await.is_err());
             // Never retried: the spool refuses everything from now on.
