@@ -52,6 +52,9 @@ pub struct CoreMetrics {
     tasks: AtomicU64,
     /// Messages this core exchanged with other cores for forwarded calls.
     cross_core: AtomicU64,
+    /// `--tpc.durable`: spool syncs (one per journal per batch) and sync batches run.
+    spool_syncs: AtomicU64,
+    sync_batches: AtomicU64,
     journals: Mutex<HashMap<String, Arc<JournalMetrics>>>,
 }
 
@@ -89,6 +92,8 @@ pub fn register_core(core: usize) {
         busy_ns: AtomicU64::new(0),
         tasks: AtomicU64::new(0),
         cross_core: AtomicU64::new(0),
+        spool_syncs: AtomicU64::new(0),
+        sync_batches: AtomicU64::new(0),
         journals: Mutex::new(HashMap::new()),
     });
     REGISTRY
@@ -162,6 +167,14 @@ pub fn rpc_completed(op: &str, ok: bool) {
 pub fn cross_core_message() {
     with_core(|c| {
         c.cross_core.fetch_add(1, Relaxed);
+    })
+}
+
+/// `--tpc.durable`: this core's sync batcher ran one batch, syncing `spools` spools.
+pub fn spool_syncs(spools: usize) {
+    with_core(|c| {
+        c.spool_syncs.fetch_add(spools as u64, Relaxed);
+        c.sync_batches.fetch_add(1, Relaxed);
     })
 }
 
@@ -425,6 +438,28 @@ pub fn render() -> String {
             &[("core", &core)],
             tasks,
         );
+    }
+
+    type CoreGetter<'a> = &'a dyn Fn(&CoreMetrics) -> u64;
+    let durable: [(&str, &str, CoreGetter); 2] = [
+        (
+            "courant_spool_syncs_total",
+            "Spool syncs (fdatasync of a journal's spool files) run by each core's sync \
+             batcher in durable mode (--tpc.durable); fewer than appends when appends share \
+             syncs (group commit).",
+            &|c| c.spool_syncs.load(Relaxed),
+        ),
+        (
+            "courant_spool_sync_batches_total",
+            "Batches of spool syncs each core ran together in durable mode (--tpc.durable).",
+            &|c| c.sync_batches.load(Relaxed),
+        ),
+    ];
+    for (name, help, get) in durable {
+        family(&mut out, name, "counter", help);
+        for c in &cores {
+            sample(&mut out, name, &[("core", &c.core.to_string())], get(c));
+        }
     }
 
     // Per journal: a journal lives on one owner core, but sum over cores all the same.

@@ -128,6 +128,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
             .name(&format!("courant-core-{index}"))
             .io_memory(cfg.io_memory)
             .spawn(move || async move {
+                let syncs = crate::journal::core::sync_batcher(&cfg);
                 let core = Rc::new(Core {
                     index,
                     cores,
@@ -141,6 +142,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     retired: RefCell::new(Default::default()),
                     stores: crate::control::stores::persist::CoreStores::new(stores, default_store),
                     peer_channels: Default::default(),
+                    syncs,
                 });
                 crate::metrics::register_core(index);
                 glommio::spawn_local(crate::metrics::sample_executor()).detach();

@@ -85,6 +85,15 @@ pub struct Core {
     pub stores: crate::control::stores::persist::CoreStores,
     /// This core's connections to other brokers.
     pub peer_channels: crate::journal::routing::peer::PeerChannels,
+    /// `--tpc.durable`: this core's batcher of spool syncs (group commit); None when off.
+    pub syncs: Option<Rc<storage::spool::SyncBatcher>>,
+}
+
+/// This core's sync batcher when `cfg` asks for durable appends, counting its syncs in
+/// the metrics.
+pub fn sync_batcher(cfg: &ServeConfig) -> Option<Rc<storage::spool::SyncBatcher>> {
+    cfg.durable
+        .then(|| storage::spool::SyncBatcher::new(Some(Box::new(crate::metrics::spool_syncs))))
 }
 
 /// The core that owns `journal`: a stable hash, identical on every core and every restart.

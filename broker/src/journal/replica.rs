@@ -71,6 +71,9 @@ impl Replica {
             );
             spool.discard().await.map_err(crate::errors::storage_err)?;
         }
+        if let Some(batcher) = &core.syncs {
+            spool.set_sync_gate(storage::spool::SyncGate::new(batcher));
+        }
         let mut index = Index::new();
         for fragment in &recovered {
             index.add_local(fragment.clone());
@@ -192,5 +195,17 @@ async fn refresh_loop(core: Rc<Core>, replica: std::rc::Weak<Replica>) {
         };
         drop(replica);
         glommio::timer::sleep(Duration::from_secs(wait)).await;
+    }
+}
+
+/// `--tpc.durable`: returns once everything `spool` committed is on the device (one sync,
+/// shared with the commits made before it started and with other journals of this core;
+/// see `storage::spool::durable`). A failed sync refuses the append (UNKNOWN, without
+/// server paths) and leaves the spool poisoned: the content is never acknowledged nor
+/// shown to readers. Without the flag there is no ticket and nothing to wait for.
+pub async fn durable(spool: &Spool) -> Result<(), RpcError> {
+    match spool.sync_ticket() {
+        Some(ticket) => ticket.wait().await.map_err(crate::errors::storage_err),
+        None => Ok(()),
     }
 }

@@ -186,6 +186,11 @@ async fn apply_proposal(
         .apply_proposal(&proposal, &registers)
         .await
         .map_err(crate::errors::storage_err)?;
+    if ok {
+        // Durable mode: what this proposal committed is on the device before the primary
+        // hears of it (and before readers see it).
+        crate::journal::replica::durable(spool).await?;
+    }
     if let Some(done) = completed {
         replica.index.borrow_mut().add_local(done.clone());
         replica.persist(core, done, first_append);

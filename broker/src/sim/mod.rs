@@ -497,6 +497,7 @@ impl Sim {
             tokio::sync::watch::channel(self.world.keyspace.borrow().latest());
         let keyspace = crate::control::KeySpaceHandle::from_parts(ks_tx, watch_rx);
         let (store_handle, store_rx) = crate::control::stores::persist::channel();
+        let syncs = crate::journal::core::sync_batcher(&cfg);
         let core = Rc::new(Core {
             index: 0,
             cores: 1,
@@ -510,6 +511,7 @@ impl Sim {
             retired: RefCell::new(Default::default()),
             stores: crate::control::stores::persist::CoreStores::new(store_handle, STORE.into()),
             peer_channels: Default::default(),
+            syncs,
         });
         core.peer_channels.sim.replace(Some(Rc::new(Port {
             net: self.net.clone(),

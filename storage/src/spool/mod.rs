@@ -60,6 +60,9 @@ use crate::record::{self, CommitRecord};
 use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
+pub mod durable;
+pub use durable::{SyncBatcher, SyncGate, SyncTicket};
+
 /// Chunk size for re-hashing a fragment's content during recovery.
 const RECOVERY_READ_LEN: usize = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
@@ -116,8 +119,8 @@ pub struct Spool {
     delta: i64,
     first_append_time: Option<SystemTime>,
     file: Rc<FragmentFile>,
-    /// The commit log, once created.
-    commits: Option<BufferedFile>,
+    /// The commit log, once created (shared with a sync in flight in durable mode).
+    commits: Option<Rc<BufferedFile>>,
     /// Length of the commit log: where the next record goes.
     commits_len: u64,
     /// Registers as of the last record in the log (None: no record yet).
@@ -139,6 +142,8 @@ pub struct Spool {
     /// to `commits_len` before the next record.
     log_tail_dirty: bool,
     poisoned: Option<String>,
+    /// Durable mode: the sync generations of this spool (see [`durable`]).
+    gate: Option<SyncGate>,
     /// Test builds: the next content write or commit fails after writing half its bytes.
     #[cfg(test)]
     fail_next: Option<FailNext>,
@@ -269,6 +274,7 @@ impl Spool {
             registers_unknown: false,
             log_tail_dirty: false,
             poisoned: None,
+            gate: None,
             #[cfg(test)]
             fail_next: None,
         }
@@ -286,7 +292,7 @@ impl Spool {
             delta: 0,
             first_append_time: r.first_append_time,
             file,
-            commits: Some(r.commits),
+            commits: Some(Rc::new(r.commits)),
             commits_len: r.commits_len,
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
@@ -295,6 +301,7 @@ impl Spool {
             registers_unknown: false,
             log_tail_dirty: false,
             poisoned: None,
+            gate: None,
             #[cfg(test)]
             fail_next: None,
         }
@@ -438,6 +445,7 @@ impl Spool {
             return Err(e);
         }
 
+        self.note_commit();
         if self.delta > 0 && self.first_append_time.is_none() {
             self.first_append_time = Some(now);
         }
@@ -494,6 +502,12 @@ impl Spool {
             self.registers.clone(),
         );
         next.dirs_dirty = self.dirs_dirty;
+        // The completed fragment's files are synced by the next sync (its commits may not
+        // all be synced yet); the new fragment's begin becomes a commit of its own.
+        if let Some(gate) = &self.gate {
+            gate.retire_current(true);
+        }
+        next.gate = self.gate.clone();
         // The new fragment's begin is made durable (an empty content file and a commit
         // log whose one record ends at `at`), so that after `kill -9` the spool recovers
         // at `at` rather than at the completed fragment's end: a roll forward must never
@@ -528,6 +542,7 @@ impl Spool {
         );
         self.append_log(&buf).await?;
         self.logged_registers = Some(self.registers.clone());
+        self.note_commit();
         Ok(())
     }
 
@@ -617,9 +632,13 @@ impl Spool {
         );
         next.dirs_dirty = true;
         next.registers_unknown = true;
+        if let Some(gate) = &self.gate {
+            gate.retire_current(false);
+        }
+        next.gate = self.gate.clone();
         let mut previous = std::mem::replace(self, next);
         if let Some(log) = previous.commits.take()
-            && let Err(e) = log.close().await
+            && let Err(e) = close_log(log).await
         {
             tracing::warn!(error = %e, "closing a discarded commit log");
         }
@@ -635,6 +654,9 @@ impl Spool {
     pub async fn sync(&mut self) -> Result<(), StorageError> {
         let _op = in_flight::op();
         self.check()?;
+        if let Some(ticket) = self.sync_ticket() {
+            return ticket.wait().await;
+        }
         if let Err(e) = self.sync_inner().await {
             return Err(self.poison(e));
         }
@@ -661,11 +683,51 @@ impl Spool {
         Ok(())
     }
 
+    /// Durable mode: from now on every commit advances `gate`'s generation, and
+    /// [`Spool::sync_ticket`] (and [`Spool::sync`]) wait through it. Everything the spool
+    /// holds so far counts as one commit, so the first sync covers it (a recovered
+    /// fragment may have been only in the page cache).
+    pub fn set_sync_gate(&mut self, gate: SyncGate) {
+        self.gate = Some(gate);
+        self.dirs_dirty = true;
+        if self.commits.is_some() {
+            self.note_commit();
+        }
+    }
+
+    /// Durable mode: a ticket whose [`SyncTicket::wait`] returns once everything committed
+    /// so far is on the device. Taken right after a commit, it may be awaited after the
+    /// spool is released: commits made meanwhile share syncs. None without a gate.
+    pub fn sync_ticket(&self) -> Option<SyncTicket> {
+        self.gate.as_ref().map(SyncGate::ticket)
+    }
+
+    /// Tells the gate (if any) of a commit written to the log.
+    fn note_commit(&mut self) {
+        let Some(gate) = &self.gate else { return };
+        let dirs: &[&Path] = if self.dirs_dirty {
+            &[&self.dir, &self.root]
+        } else {
+            &[]
+        };
+        gate.note_commit(&self.file, self.commits.as_ref(), dirs);
+        self.dirs_dirty = false;
+    }
+
     fn content_len(&self) -> u64 {
         (self.fragment.end - self.fragment.begin) as u64
     }
 
     fn check(&self) -> Result<(), StorageError> {
+        if self.poisoned.is_none()
+            && let Some(gate) = &self.gate
+            && let Some(failure) = gate.failure()
+        {
+            return Err(StorageError::Poisoned {
+                journal: self.fragment.journal.clone(),
+                cause: failure.to_string(),
+            });
+        }
         match &self.poisoned {
             None => Ok(()),
             Some(cause) => Err(StorageError::Poisoned {
@@ -697,7 +759,7 @@ impl Spool {
             let log = open_rw(path, true)
                 .await
                 .map_err(|e| StorageError::io("creating", path, e))?;
-            self.commits = Some(log);
+            self.commits = Some(Rc::new(log));
             self.commits_len = 0;
             self.dirs_dirty = true;
         }
@@ -730,7 +792,7 @@ impl Spool {
     async fn complete(mut self) -> Option<LocalFragment> {
         let had_log = self.commits.is_some();
         if let Some(log) = self.commits.take()
-            && let Err(e) = log.close().await
+            && let Err(e) = close_log(log).await
         {
             tracing::warn!(path = %self.file.commits_path().display(), error = %e, "closing commit log");
         }
@@ -834,6 +896,15 @@ impl RecoveredFragment {
             fragment: self.fragment,
             file: Rc::new(file),
         }
+    }
+}
+
+/// Closes a commit log, unless a sync in flight still holds it (it is then closed when
+/// the sync lets go of it).
+async fn close_log(log: Rc<BufferedFile>) -> glommio::Result<(), ()> {
+    match Rc::try_unwrap(log) {
+        Ok(log) => log.close().await,
+        Err(_shared) => Ok(()),
     }
 }
 

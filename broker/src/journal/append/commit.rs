@@ -44,8 +44,9 @@ pub(super) async fn replicate(
     pln.gather_ok(core, journal).await
 }
 
-/// Commits the streamed content with `registers` to the spool, shows it to readers and
-/// counts it; the record gets the committed codec and registers.
+/// Commits the streamed content with `registers` to the spool, waits until it is on the
+/// device in durable mode (see [`crate::journal::replica::durable`]), shows it to readers and counts it; the record
+/// gets the committed codec and registers.
 pub(super) async fn commit(
     held: &mut Held<'_>,
     registers: LabelSet,
@@ -54,6 +55,7 @@ pub(super) async fn commit(
     acquired: Instant,
 ) -> Result<(), RpcError> {
     let committed = held.spool.commit(registers).await.map_err(storage_err)?;
+    crate::journal::replica::durable(&held.spool).await?;
     held.replica.on_commit(&held.spool);
     let end = record.begin + record.appended;
     crate::metrics::append_committed(journal, record.appended as u64, acquired, end);

@@ -1,0 +1,651 @@
+//! Durable mode: group commit of spool syncs (`fdatasync`) for appends that are acknowledged
+//! only once they survive power loss.
+//!
+//! A [`SyncGate`] belongs to one spool (installed with [`super::Spool::set_sync_gate`]). Each
+//! commit of the spool (and each durable begin a roll or discard writes) advances the gate's
+//! *commit generation*; [`super::Spool::sync_ticket`] hands the caller a [`SyncTicket`] for
+//! the generation its commit reached, and [`SyncTicket::wait`] returns once a sync that
+//! **started after** that commit has completed (`synced >= generation`). A sync covers every commit
+//! made before it started, so:
+//!
+//! * a waiter whose generation an in-flight sync covers just waits for it;
+//! * a waiter whose commit came after the in-flight sync started queues the gate for the
+//!   next one (one queued sync covers every commit made until it starts);
+//! * a waiter whose generation is already synced returns at once.
+//!
+//! The waiting never holds the spool: the gate keeps its own handles of the files to sync
+//! (the current fragment's content file and commit log, the files of fragments rolled since
+//! the last sync, and the directories whose entries were created), so an append may release
+//! the spool before it waits, and the appends committed meanwhile share the next sync.
+//!
+//! A [`SyncBatcher`] (one per core) collects the gates that need a sync and runs their syncs
+//! together: one task takes every queued gate, issues all their `fdatasync`s at once
+//! (concurrently through io_uring), then wakes every waiter of every gate. Gates queued
+//! while a batch is in flight form the next batch.
+//!
+//! A failed sync is never retried (after a failed `fdatasync` the page cache may have
+//! dropped the dirty pages: a retry could report success for data that is gone). The gate
+//! fails: every waiter, present and future, gets the error, and the spool is poisoned
+//! ([`super::Spool`]'s calls return `StorageError::Poisoned`).
+//!
+//! Lives on: the journal's owner core (`!Send`: `Rc`s and `Cell`s). Borrows of the
+//! `RefCell`s here never span an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use glommio::io::BufferedFile;
+
+use crate::StorageError;
+use crate::fragment::FragmentFile;
+
+/// Called after each batch with the number of spools it synced.
+pub type BatchObserver = Box<dyn Fn(usize)>;
+
+/// A core's collector of spool syncs: gates queued in the same tick (and while a batch is in
+/// flight) are synced together by one task.
+///
+/// Lives on: one core (`!Send`), shared by the gates of that core's spools.
+pub struct SyncBatcher {
+    queue: RefCell<Vec<Rc<Gate>>>,
+    running: Cell<bool>,
+    observer: Option<BatchObserver>,
+    syncs: Cell<u64>,
+    batches: Cell<u64>,
+}
+
+impl SyncBatcher {
+    /// A batcher; `observer` (if any) is told how many spools each batch synced.
+    pub fn new(observer: Option<BatchObserver>) -> Rc<SyncBatcher> {
+        Rc::new(SyncBatcher {
+            queue: RefCell::new(Vec::new()),
+            running: Cell::new(false),
+            observer,
+            syncs: Cell::new(0),
+            batches: Cell::new(0),
+        })
+    }
+
+    /// Spool syncs run so far (one per gate per batch).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.get()
+    }
+
+    /// Batches run so far.
+    pub fn batches(&self) -> u64 {
+        self.batches.get()
+    }
+
+    fn enqueue(self: &Rc<Self>, gate: Rc<Gate>) {
+        self.queue.borrow_mut().push(gate);
+        if !self.running.replace(true) {
+            glommio::spawn_local(self.clone().drive()).detach();
+        }
+    }
+
+    /// Runs batches until none is queued.
+    async fn drive(self: Rc<Self>) {
+        loop {
+            // Let the tasks already runnable (appends committing in this tick) queue their
+            // gates first: they join this batch.
+            glommio::executor().yield_now().await;
+            let queued = std::mem::take(&mut *self.queue.borrow_mut());
+            if queued.is_empty() {
+                self.running.set(false);
+                return;
+            }
+            let _op = super::in_flight::op();
+            let mut batch = Vec::with_capacity(queued.len());
+            for gate in queued {
+                gate.queued.set(false);
+                if let Some(job) = gate.start() {
+                    batch.push((gate, job));
+                }
+            }
+            let results =
+                futures_util::future::join_all(batch.iter().map(|(_, job)| job.run())).await;
+            let synced = batch.len();
+            for ((gate, job), result) in batch.into_iter().zip(results) {
+                gate.finish(job.generation, result);
+            }
+            self.syncs.set(self.syncs.get() + synced as u64);
+            self.batches.set(self.batches.get() + 1);
+            if let Some(observer) = &self.observer {
+                observer(synced);
+            }
+        }
+    }
+}
+
+/// What one sync must flush: a fragment's content file and commit log.
+#[derive(Clone)]
+struct Files {
+    content: Rc<FragmentFile>,
+    log: Option<Rc<BufferedFile>>,
+}
+
+impl Files {
+    fn same(&self, other: &Files) -> bool {
+        Rc::ptr_eq(&self.content, &other.content)
+            && match (&self.log, &other.log) {
+                (Some(a), Some(b)) => Rc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+/// Why a gate failed, kept to answer every later waiter.
+#[derive(Clone)]
+struct Failure {
+    path: PathBuf,
+    /// The OS error, when the failure had one.
+    code: Option<i32>,
+    kind: std::io::ErrorKind,
+    text: String,
+}
+
+impl Failure {
+    fn of(err: &StorageError) -> Failure {
+        match err {
+            StorageError::Io { path, source, .. } => Failure {
+                path: path.clone(),
+                code: source
+                    .raw_os_error()
+                    .or_else(|| os_code_in(&source.to_string())),
+                kind: source.kind(),
+                // Keeps "(os error N)" in the text, which the broker's messages look for.
+                text: match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+                    None => source.to_string(),
+                },
+            },
+            other => Failure {
+                path: PathBuf::new(),
+                code: None,
+                kind: std::io::ErrorKind::Other,
+                text: other.to_string(),
+            },
+        }
+    }
+
+    fn error(&self) -> StorageError {
+        let source = match self.code {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(self.kind, self.text.clone()),
+        };
+        StorageError::io("syncing", &self.path, source)
+    }
+}
+
+/// The `N` of "(os error N)" in an error's text (glommio wraps the OS error in its own).
+fn os_code_in(text: &str) -> Option<i32> {
+    let at = text.rfind("(os error ")?;
+    text[at + 10..].split(')').next()?.parse().ok()
+}
+
+/// The state behind a [`SyncGate`].
+struct Gate {
+    batcher: Rc<SyncBatcher>,
+    /// Generation of the last commit.
+    committed: Cell<u64>,
+    /// Every commit up to this generation is synced.
+    synced: Cell<u64>,
+    /// Generation the sync in flight covers.
+    in_flight: Cell<Option<u64>>,
+    /// Whether the gate is in the batcher's queue.
+    queued: Cell<bool>,
+    failed: RefCell<Option<Failure>>,
+    /// The current fragment's files, once it has any.
+    current: RefCell<Option<Files>>,
+    /// Files of fragments rolled past since the last sync started.
+    retired: RefCell<Vec<Files>>,
+    /// Directories whose entries were created since the last sync started.
+    dirs: RefCell<Vec<PathBuf>>,
+    waiters: RefCell<Vec<Waker>>,
+    /// Test builds: the next sync fails as a failing disk would.
+    #[cfg(test)]
+    fail_next: Cell<bool>,
+}
+
+/// One sync: a generation and the files whose flush covers it.
+struct Job {
+    generation: u64,
+    files: Vec<Files>,
+    dirs: Vec<PathBuf>,
+    #[cfg(test)]
+    fail: bool,
+}
+
+type OpFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StorageError>> + 'a>>;
+
+impl Job {
+    /// Flushes every file and directory of the job concurrently.
+    async fn run(&self) -> Result<(), StorageError> {
+        #[cfg(test)]
+        if self.fail {
+            return Err(StorageError::io(
+                "syncing",
+                self.files
+                    .first()
+                    .map_or(std::path::Path::new(""), |f| f.content.path()),
+                std::io::Error::from_raw_os_error(libc_eio()),
+            ));
+        }
+        let mut ops: Vec<OpFuture<'_>> = Vec::new();
+        for files in &self.files {
+            if let Some(file) = files.content.get() {
+                let path = files.content.path();
+                ops.push(Box::pin(async move {
+                    file.fdatasync()
+                        .await
+                        .map_err(|e| StorageError::io("syncing", path, e.into()))
+                }));
+            }
+            if let Some(log) = &files.log {
+                let path = files.content.commits_path();
+                ops.push(Box::pin(async move {
+                    log.fdatasync()
+                        .await
+                        .map_err(|e| StorageError::io("syncing", path, e.into()))
+                }));
+            }
+        }
+        for dir in &self.dirs {
+            ops.push(Box::pin(super::sync_dir(dir)));
+        }
+        for result in futures_util::future::join_all(ops).await {
+            result?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+fn libc_eio() -> i32 {
+    5
+}
+
+impl Gate {
+    /// Takes what the next sync must flush, or None when everything is synced.
+    fn start(&self) -> Option<Job> {
+        if self.failed.borrow().is_some() {
+            self.wake_all();
+            return None;
+        }
+        let generation = self.committed.get();
+        if generation <= self.synced.get() {
+            self.wake_all();
+            return None;
+        }
+        let mut files = std::mem::take(&mut *self.retired.borrow_mut());
+        files.extend(self.current.borrow().iter().cloned());
+        let dirs = std::mem::take(&mut *self.dirs.borrow_mut());
+        self.in_flight.set(Some(generation));
+        Some(Job {
+            generation,
+            files,
+            dirs,
+            #[cfg(test)]
+            fail: self.fail_next.take(),
+        })
+    }
+
+    fn finish(&self, generation: u64, result: Result<(), StorageError>) {
+        self.in_flight.set(None);
+        match result {
+            Ok(()) => self.synced.set(self.synced.get().max(generation)),
+            Err(e) => {
+                tracing::error!(error = %e, "spool sync failed; the spool is poisoned");
+                *self.failed.borrow_mut() = Some(Failure::of(&e));
+            }
+        }
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        for waker in std::mem::take(&mut *self.waiters.borrow_mut()) {
+            waker.wake();
+        }
+    }
+}
+
+/// The sync generations of one spool (see the module docs). Cheap to clone.
+///
+/// Lives on: the journal's owner core (`!Send`).
+#[derive(Clone)]
+pub struct SyncGate(Rc<Gate>);
+
+impl SyncGate {
+    /// A gate whose syncs `batcher` runs.
+    pub fn new(batcher: &Rc<SyncBatcher>) -> SyncGate {
+        SyncGate(Rc::new(Gate {
+            batcher: batcher.clone(),
+            committed: Cell::new(0),
+            synced: Cell::new(0),
+            in_flight: Cell::new(None),
+            queued: Cell::new(false),
+            failed: RefCell::new(None),
+            current: RefCell::new(None),
+            retired: RefCell::new(Vec::new()),
+            dirs: RefCell::new(Vec::new()),
+            waiters: RefCell::new(Vec::new()),
+            #[cfg(test)]
+            fail_next: Cell::new(false),
+        }))
+    }
+
+    /// Generation of the last commit.
+    pub fn committed(&self) -> u64 {
+        self.0.committed.get()
+    }
+
+    /// Every commit up to this generation has been synced.
+    pub fn synced(&self) -> u64 {
+        self.0.synced.get()
+    }
+
+    /// Generation the sync in flight covers, if one is in flight.
+    pub fn in_flight(&self) -> Option<u64> {
+        self.0.in_flight.get()
+    }
+
+    /// The error of a failed sync, if one failed (the gate then refuses every wait).
+    pub fn failure(&self) -> Option<StorageError> {
+        self.0.failed.borrow().as_ref().map(Failure::error)
+    }
+
+    /// A ticket for everything committed so far.
+    pub fn ticket(&self) -> SyncTicket {
+        SyncTicket {
+            gate: self.clone(),
+            generation: self.committed(),
+        }
+    }
+
+    /// A commit of `content` (and `log`) was written; `dirs` had entries created since the
+    /// last commit noted here.
+    pub(crate) fn note_commit(
+        &self,
+        content: &Rc<FragmentFile>,
+        log: Option<&Rc<BufferedFile>>,
+        dirs: &[&std::path::Path],
+    ) {
+        let files = Files {
+            content: content.clone(),
+            log: log.cloned(),
+        };
+        {
+            let mut current = self.0.current.borrow_mut();
+            if !current.as_ref().is_some_and(|c| c.same(&files)) {
+                *current = Some(files);
+            }
+        }
+        if !dirs.is_empty() {
+            let mut pending = self.0.dirs.borrow_mut();
+            for dir in dirs {
+                if !pending.iter().any(|d| d == dir) {
+                    pending.push(dir.to_path_buf());
+                }
+            }
+        }
+        self.0.committed.set(self.0.committed.get() + 1);
+    }
+
+    /// The current fragment is completed (rolled past) or forgotten: its files are synced
+    /// by the next sync if `keep` (a completed fragment), else dropped (deleted files).
+    pub(crate) fn retire_current(&self, keep: bool) {
+        let Some(files) = self.0.current.borrow_mut().take() else {
+            return;
+        };
+        if keep && self.0.committed.get() > self.0.synced.get() {
+            self.0.retired.borrow_mut().push(files);
+        }
+    }
+
+    /// Makes the next sync fail with EIO (test builds).
+    #[cfg(test)]
+    pub(crate) fn fail_next(&self) {
+        self.0.fail_next.set(true);
+    }
+
+    fn request(&self, generation: u64) {
+        let gate = &self.0;
+        let covered = gate.in_flight.get().is_some_and(|f| f >= generation);
+        if !covered && !gate.queued.replace(true) {
+            gate.batcher.enqueue(self.0.clone());
+        }
+    }
+}
+
+/// The right to learn when a commit generation is durable; see [`SyncGate`].
+pub struct SyncTicket {
+    gate: SyncGate,
+    generation: u64,
+}
+
+impl SyncTicket {
+    /// The generation this ticket waits for.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Returns once every commit up to the ticket's generation has been synced, starting a
+    /// sync only if none in flight covers it; the error of a failed sync otherwise.
+    pub async fn wait(self) -> Result<(), StorageError> {
+        let mut requested = false;
+        std::future::poll_fn(|cx: &mut Context<'_>| {
+            let gate = &self.gate.0;
+            if let Some(failure) = gate.failed.borrow().as_ref() {
+                return Poll::Ready(Err(failure.error()));
+            }
+            if gate.synced.get() >= self.generation {
+                return Poll::Ready(Ok(()));
+            }
+            {
+                let mut waiters = gate.waiters.borrow_mut();
+                if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                    waiters.push(cx.waker().clone());
+                }
+            }
+            // After a batch that did not cover this generation, ask again.
+            if !requested || gate.in_flight.get().is_none() {
+                self.gate.request(self.generation);
+                requested = true;
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Spool;
+    use super::*;
+    use crate::testing::run;
+    use bytes::Bytes;
+    use protocol::CompressionCodec::None as Raw;
+    use protocol::LabelSet;
+
+    async fn durable_spool(root: &std::path::Path, journal: &str, b: &Rc<SyncBatcher>) -> Spool {
+        let (mut spool, _) = Spool::open(root, journal, Raw).await.unwrap();
+        spool.set_sync_gate(SyncGate::new(b));
+        spool
+    }
+
+    async fn append(spool: &mut Spool, content: &'static str) -> SyncTicket {
+        spool
+            .write(&Bytes::from_static(content.as_bytes()))
+            .await
+            .unwrap();
+        spool.commit(LabelSet::default()).await.unwrap();
+        spool.sync_ticket().unwrap()
+    }
+
+    async fn until_in_flight(gate: &SyncGate) {
+        while gate.in_flight().is_none() {
+            glommio::timer::sleep(std::time::Duration::from_micros(100)).await;
+        }
+    }
+
+    #[test]
+    fn without_a_gate_there_is_no_ticket() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let (spool, _) = Spool::open(tmp.path(), "a/j", Raw).await.unwrap();
+            assert!(spool.sync_ticket().is_none());
+        });
+    }
+
+    #[test]
+    fn one_sync_covers_every_earlier_commit() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let b = SyncBatcher::new(None);
+            let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
+            let t1 = append(&mut spool, "one").await;
+            let t2 = append(&mut spool, "two").await;
+            let t3 = append(&mut spool, "three").await;
+            assert_eq!(
+                (t1.generation(), t2.generation(), t3.generation()),
+                (1, 2, 3)
+            );
+            assert_eq!(b.syncs(), 0, "commits alone never sync");
+            t3.wait().await.unwrap();
+            assert_eq!(b.syncs(), 1);
+            // The earlier commits were covered: no other sync.
+            t1.wait().await.unwrap();
+            t2.wait().await.unwrap();
+            assert_eq!((b.syncs(), b.batches()), (1, 1));
+            // Nothing new committed: a ticket is already satisfied.
+            spool.sync_ticket().unwrap().wait().await.unwrap();
+            spool.sync().await.unwrap();
+            assert_eq!(b.syncs(), 1);
+        });
+    }
+
+    #[test]
+    fn a_commit_after_a_sync_started_needs_another() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let b = SyncBatcher::new(None);
+            let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
+            let gate = spool.gate.clone().unwrap();
+            let t1 = append(&mut spool, "one").await;
+            let first = glommio::spawn_local(t1.wait());
+            until_in_flight(&gate).await;
+            assert_eq!(gate.in_flight(), Some(1));
+            // Committed while the first sync is in flight (the spool is not held by the
+            // waiter): the first sync does not cover it.
+            let t2 = append(&mut spool, "two").await;
+            let second = glommio::spawn_local(t2.wait());
+            first.await.unwrap();
+            assert_eq!(gate.synced(), 1, "the first sync covers only generation 1");
+            // Two more commits while the second sync waits or runs share a sync.
+            let t3 = append(&mut spool, "three").await;
+            let t4 = append(&mut spool, "four").await;
+            second.await.unwrap();
+            let (r3, r4) = futures_util::future::join(t3.wait(), t4.wait()).await;
+            r3.unwrap();
+            r4.unwrap();
+            assert_eq!(gate.synced(), 4);
+            assert!(b.syncs() <= 3, "{} syncs for 4 commits", b.syncs());
+            assert!(b.syncs() >= 2);
+        });
+    }
+
+    #[test]
+    fn journals_of_one_tick_share_a_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let sizes = Rc::new(RefCell::new(Vec::new()));
+            let seen = sizes.clone();
+            let b = SyncBatcher::new(Some(Box::new(move |n| seen.borrow_mut().push(n))));
+            let mut tickets = Vec::new();
+            let mut spools = Vec::new();
+            for j in ["a/1", "a/2", "a/3"] {
+                let mut spool = durable_spool(tmp.path(), j, &b).await;
+                tickets.push(append(&mut spool, "x").await);
+                spools.push(spool);
+            }
+            for result in
+                futures_util::future::join_all(tickets.into_iter().map(SyncTicket::wait)).await
+            {
+                result.unwrap();
+            }
+            assert_eq!((b.syncs(), b.batches()), (3, 1));
+            assert_eq!(*sizes.borrow(), [3], "the observer hears of each batch");
+        });
+    }
+
+    #[test]
+    fn a_roll_while_unsynced_is_synced_and_the_log_closed_later() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let b = SyncBatcher::new(None);
+            let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
+            let gate = spool.gate.clone().unwrap();
+            let t1 = append(&mut spool, "one").await;
+            let first = glommio::spawn_local(t1.wait());
+            until_in_flight(&gate).await;
+            // Rolled while the sync holds the log: the completed fragment's files go to the
+            // next sync, and the new fragment's begin is a commit of its own.
+            let t2 = append(&mut spool, "two").await;
+            let done = spool.roll(spool.fragment().end, Raw).await.unwrap();
+            assert!(done.is_some());
+            assert_eq!(gate.committed(), 3);
+            first.await.unwrap();
+            spool.sync_ticket().unwrap().wait().await.unwrap();
+            t2.wait().await.unwrap();
+            assert_eq!(gate.synced(), 3);
+            let t4 = append(&mut spool, "three").await;
+            t4.wait().await.unwrap();
+        });
+    }
+
+    #[test]
+    fn a_failed_sync_refuses_every_waiter_and_poisons_the_spool() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let b = SyncBatcher::new(None);
+            let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
+            let gate = spool.gate.clone().unwrap();
+            append(&mut spool, "one").await.wait().await.unwrap();
+            gate.fail_next();
+            let t1 = append(&mut spool, "two").await;
+            let t1_again = spool.sync_ticket().unwrap();
+            let err = t1.wait().await.unwrap_err();
+            assert!(
+                matches!(&err, StorageError::Io { op: "syncing", source, .. }
+                    if source.to_string().contains("os error 5")),
+                "{err:?}"
+            );
+            // Clients are told the OS error, never the path.
+            let message = err.client_message();
+            assert!(message.contains("Input/output error"), "{message}");
+            assert!(
+                !message.contains(&*tmp.path().to_string_lossy()),
+                "{message}"
+            );
+            assert!(t1_again.wait().await.is_err());
+            // Never retried: the spool refuses everything from now on.
+            let commit = spool.commit(LabelSet::default()).await;
+            assert!(
+                matches!(commit, Err(StorageError::Poisoned { .. })),
+                "{commit:?}"
+            );
+            let write = spool.write(&Bytes::from_static(b"x")).await;
+            assert!(
+                matches!(write, Err(StorageError::Poisoned { .. })),
+                "{write:?}"
+            );
+            assert!(spool.sync().await.is_err());
+            assert_eq!(gate.synced(), 1);
+        });
+    }
+}
