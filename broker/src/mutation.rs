@@ -1,7 +1,8 @@
 //! Deliberately broken variants of the append path, for proving the simulator's checker:
 //! each names one rule of the real code that a test switches off, expecting the simulator
 //! to report a violation within a bounded number of seeds (`crate::sim`'s
-//! `checker_catches_*` tests). Hooks: `AckBeforeReplicas` in `Pipeline::gather_ok`,
+//! `checker_catches_*` tests). Hooks: `AckBeforeReplicas` in `pipeline::Turn::gather_ok`,
+//! `PublishBeforeAcks` in the append's commit proposal (`append::commit::propose`),
 //! `SkipRollForward` in `pipeline::decide_sync`, `KeepRecoveredSpool` in `Replica::open`,
 //! `SkipRegisterCheck` in the append FSM's validation.
 //!
@@ -22,6 +23,9 @@ pub enum Mutation {
     /// validation; caught by the simulator's invariant 6).
     #[allow(dead_code)]
     SkipRegisterCheck,
+    /// The primary shows a commit to readers as soon as it proposed it, before its peers
+    /// acknowledged it.
+    PublishBeforeAcks,
 }
 
 #[cfg(test)]

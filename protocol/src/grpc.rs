@@ -593,6 +593,12 @@ pub struct Channel {
 /// The client's side of one call in flight.
 pub struct ClientCall {
     pub sender: FrameSender,
+    pub responses: ClientResponses,
+}
+
+/// The response side of a client call: split from its [`FrameSender`] (see
+/// [`ClientCall::split`]), one task may send while another reads.
+pub struct ClientResponses {
     response: Option<h2::client::ResponseFuture>,
     inbound: Option<Inbound>,
     headers: Option<HeaderMap>,
@@ -647,10 +653,12 @@ impl Channel {
         let (response, send) = sr.send_request(req, false)?;
         Ok(ClientCall {
             sender: FrameSender::new(send),
-            response: Some(response),
-            inbound: None,
-            headers: None,
-            done: false,
+            responses: ClientResponses {
+                response: Some(response),
+                inbound: None,
+                headers: None,
+                done: false,
+            },
         })
     }
 
@@ -696,9 +704,21 @@ impl Channel {
 impl ClientCall {
     /// Response headers (initial metadata), once the first response has been awaited.
     pub fn response_headers(&self) -> Option<&HeaderMap> {
-        self.headers.as_ref()
+        self.responses.headers.as_ref()
     }
 
+    /// The next response message; `Ok(None)` when the call ended with status OK.
+    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
+        self.responses.next().await
+    }
+
+    /// The call's request side and response side, to be used apart.
+    pub fn split(self) -> (FrameSender, ClientResponses) {
+        (self.sender, self.responses)
+    }
+}
+
+impl ClientResponses {
     /// The next response message; `Ok(None)` when the call ended with status OK.
     pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
         if self.done {

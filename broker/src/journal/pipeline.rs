@@ -2,27 +2,38 @@
 //! other member of the journal's Route, through which the primary's Append proposes, streams
 //! content and commits.
 //!
+//! Appends are pipelined as in Gazette: an append sends its commit proposal, takes a
+//! [`Turn`] (the read barrier: its place among the journal's commits awaiting
+//! acknowledgements), lets go of the spool and the pipeline for the next append, and only
+//! then reads its peers' acknowledgements, in order, when its turn comes. Each stream's
+//! request side belongs to the [`Pipeline`]; the response sides are shared ([`Acks`]) by the
+//! spool's holder and the turns in flight.
+//!
 //! Lives on: the journal's owner core. A pipeline belongs to the journal's `Replica` and is
 //! only ever used by the append holding the spool (it is taken out of the replica for the
 //! append and put back only if the append leaves it healthy); any failure drops it, which
 //! resets its streams so that every replica rolls back what it had not committed, and the
-//! next append builds a new one.
+//! next append builds a new one. A failed commit round (or a turn abandoned before it read
+//! its acknowledgements) marks the pipeline broken: every turn behind it fails, and the
+//! pipeline is not kept.
 
 use crate::journal::core::Core;
-use crate::journal::routing::peer::PeerCall;
+use crate::journal::routing::peer::{PeerRecv, PeerSend};
 use crate::journal::routing::resolver;
 use protocol::grpc::{RpcError, encode_frame};
 use protocol::process_spec::Id;
 use protocol::route::equivalent;
 use protocol::{Fragment, Header, LabelSet, ReplicateRequest, ReplicateResponse, Route, Status};
+use std::cell::Cell;
 use std::rc::Rc;
+use tokio::sync::{Notify, oneshot};
 
 /// Upper bound on sync rounds (roll-forward and re-proposals) before giving up.
 pub const MAX_SYNC_ROUNDS: usize = 8;
 
 struct Peer {
     id: Id,
-    call: PeerCall,
+    call: PeerSend,
 }
 
 pub struct Pipeline {
@@ -32,6 +43,137 @@ pub struct Pipeline {
     peers: Vec<Peer>,
     /// The next proposal is the first: it carries each peer's header.
     first: bool,
+    /// The streams' response sides and the read barrier.
+    acks: Rc<Acks>,
+}
+
+/// The response sides of a pipeline's streams, read by one reader at a time: the spool's
+/// holder (sync rounds and rolls, once no commit awaits acknowledgements) or the [`Turn`]
+/// whose turn it is.
+pub struct Acks {
+    ids: Vec<Id>,
+    route: Route,
+    recv: tokio::sync::Mutex<Vec<PeerRecv>>,
+    /// A commit round failed, or a turn was abandoned before it read its acknowledgements:
+    /// what the streams answer next cannot be matched to proposals any more.
+    broken: Cell<bool>,
+    /// The read barrier: resolves once the last turn taken passed (or was dropped).
+    tail: Cell<Option<oneshot::Receiver<()>>>,
+}
+
+/// The journal's commits awaiting acknowledgements (one per replica, across pipelines): the
+/// spool's holder waits for none to be left before it rolls the spool or syncs a new
+/// pipeline, so that the index only ever grows in the order of the commits.
+#[derive(Default)]
+pub struct Awaiting {
+    count: Cell<usize>,
+    idle: Notify,
+}
+
+impl Awaiting {
+    /// Resolves once no commit awaits acknowledgements.
+    pub async fn drained(&self) {
+        loop {
+            // Created before the check, so a notification in between is not missed.
+            let idle = self.idle.notified();
+            if self.count.get() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.get()
+    }
+}
+
+/// One commit's place in the read barrier (Gazette's `pipeline.barrier`): taken by the
+/// spool's holder right after it sent the commit proposal, it waits for the commits
+/// proposed before to read their acknowledgements, then reads this one's. Dropped without
+/// [`Turn::pass`] (its round failed, or its append was abandoned), it marks the pipeline
+/// broken, so every turn behind it fails.
+pub struct Turn {
+    acks: Rc<Acks>,
+    wait_for: Option<oneshot::Receiver<()>>,
+    pass: Option<oneshot::Sender<()>>,
+    awaiting: Rc<Awaiting>,
+}
+
+impl Turn {
+    /// Waits for this commit's turn, then reads every peer's acknowledgement of it: all must
+    /// be OK, and no earlier round may have failed.
+    pub async fn gather_ok(&mut self, core: &Core, journal: &str) -> Result<(), RpcError> {
+        if let Some(rx) = self.wait_for.take() {
+            // Err: the turn before was dropped, and marked the pipeline broken.
+            let _ = rx.await;
+        }
+        if self.acks.broken.get() {
+            return Err(RpcError::unknown(
+                "replication pipeline: an earlier commit round failed",
+            ));
+        }
+        if crate::mutation::active(crate::mutation::Mutation::AckBeforeReplicas) {
+            // Broken on purpose (test builds only): the commit counts as acknowledged
+            // before any replica answered; their answers are left for the next read.
+            return Ok(());
+        }
+        let route = self.acks.route.clone();
+        let responses = guard(core, journal, &route, self.acks.gather()).await?;
+        for (peer, resp) in self.acks.ids.iter().zip(responses) {
+            if resp.status != Status::Ok as i32 {
+                return Err(RpcError::unknown(format!(
+                    "replication to {}: commit not acknowledged: {:?}",
+                    describe(peer),
+                    Status::try_from(resp.status).unwrap_or(Status::Ok)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Passes the turn to the next commit: this one's round succeeded.
+    pub fn pass(mut self) {
+        if let Some(tx) = self.pass.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.pass.take().is_some() {
+            // Its acknowledgements are unread or not all OK: nothing behind it can trust
+            // what the streams answer. (The dropped sender wakes the next turn.)
+            self.acks.broken.set(true);
+        }
+        let left = self.awaiting.count.get() - 1;
+        self.awaiting.count.set(left);
+        if left == 0 {
+            self.awaiting.idle.notify_waiters();
+        }
+    }
+}
+
+impl Acks {
+    /// Reads one response from every peer, in route order.
+    async fn gather(&self) -> Result<Vec<ReplicateResponse>, RpcError> {
+        let mut recv = self.recv.lock().await;
+        let mut out = Vec::with_capacity(recv.len());
+        for (id, peer) in self.ids.iter().zip(recv.iter_mut()) {
+            match peer.next::<ReplicateResponse>().await {
+                Ok(Some(resp)) => out.push(resp),
+                Ok(None) => {
+                    return Err(RpcError::unknown(format!(
+                        "replication to {}: unexpected EOF",
+                        describe(id)
+                    )));
+                }
+                Err(e) => return Err(peer_err(id, "receiving", e)),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// What the primary must do after a sync round (Gazette's gatherSync).
@@ -58,6 +200,7 @@ impl Pipeline {
     ) -> Result<Pipeline, RpcError> {
         let route = header.route.clone().unwrap_or_default();
         let mut peers = Vec::new();
+        let mut recv = Vec::new();
         for (i, member) in route.members.iter().enumerate() {
             if *member == core.process_id {
                 continue;
@@ -67,17 +210,46 @@ impl Pipeline {
                 .replicate_call(&endpoint, journal)
                 .await
                 .map_err(|e| crate::errors::peer_err(&describe(member), None, e))?;
+            let (send, responses) = call.split();
             peers.push(Peer {
                 id: member.clone(),
-                call,
+                call: send,
             });
+            recv.push(responses);
         }
+        let acks = Rc::new(Acks {
+            ids: peers.iter().map(|p| p.id.clone()).collect(),
+            route: route.clone(),
+            recv: tokio::sync::Mutex::new(recv),
+            broken: Cell::new(false),
+            tail: Cell::new(None),
+        });
         Ok(Pipeline {
             route,
             header: header.clone(),
             peers,
             first: true,
+            acks,
         })
+    }
+
+    /// Whether a commit round of this pipeline failed (it must not be used again).
+    pub fn broken(&self) -> bool {
+        self.acks.broken.get()
+    }
+
+    /// Takes the next turn to read acknowledgements, counted in `awaiting` until it ends;
+    /// taken by the spool's holder right after sending a commit proposal.
+    pub fn turn(&self, awaiting: &Rc<Awaiting>) -> Turn {
+        let (tx, rx) = oneshot::channel();
+        let wait_for = self.acks.tail.replace(Some(rx));
+        awaiting.count.set(awaiting.count.get() + 1);
+        Turn {
+            acks: self.acks.clone(),
+            wait_for,
+            pass: Some(tx),
+            awaiting: awaiting.clone(),
+        }
     }
 
     /// Whether this pipeline still matches `route` (and may be reused).
@@ -171,55 +343,34 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Reads one response from every peer, in route order.
-    async fn gather(&mut self) -> Result<Vec<ReplicateResponse>, RpcError> {
-        let mut out = Vec::with_capacity(self.peers.len());
-        for peer in &mut self.peers {
-            match peer.call.next::<ReplicateResponse>().await {
-                Ok(Some(resp)) => out.push(resp),
-                Ok(None) => {
-                    return Err(RpcError::unknown(format!(
-                        "replication to {}: unexpected EOF",
-                        describe(&peer.id)
-                    )));
-                }
-                Err(e) => return Err(peer_err(&peer.id, "receiving", e)),
-            }
-        }
-        Ok(out)
-    }
-
     /// Reads the peers' answers to a sync proposal and decides (Gazette's gatherSync):
     /// PROPOSAL_MISMATCH from a peer ahead of `ours` rolls everyone to its end with its
     /// registers; from a peer that rolled to our end without our content, rolls everyone
     /// to an empty fragment there; WRONG_ROUTE with a later revision re-resolves.
-    pub async fn gather_sync(&mut self, core: &Core, ours: &Fragment) -> Result<Synced, RpcError> {
+    pub async fn gather_sync(
+        &mut self,
+        core: &Core,
+        ours: &Fragment,
+        ours_unknown: bool,
+    ) -> Result<Synced, RpcError> {
+        if self.broken() {
+            return Err(RpcError::unknown(
+                "replication pipeline: an earlier commit round failed",
+            ));
+        }
         let route = self.route.clone();
-        let responses = guard(core, &ours.journal, &route, self.gather()).await?;
+        let responses = guard(core, &ours.journal, &route, self.acks.gather()).await?;
         let peers: Vec<Id> = self.peers.iter().map(|p| p.id.clone()).collect();
         let revision = self.header.etcd.map_or(0, |e| e.revision);
-        decide_sync(ours, &self.route, revision, &peers, &responses).map_err(RpcError::unknown)
-    }
-
-    /// Reads the peers' acknowledgements of a commit proposal: all must be OK.
-    pub async fn gather_ok(&mut self, core: &Core, journal: &str) -> Result<(), RpcError> {
-        if crate::mutation::active(crate::mutation::Mutation::AckBeforeReplicas) {
-            // Broken on purpose (test builds only): the commit counts as acknowledged
-            // before any replica answered; their answers are left for the next read.
-            return Ok(());
-        }
-        let route = self.route.clone();
-        let responses = guard(core, journal, &route, self.gather()).await?;
-        for (peer, resp) in self.peers.iter().zip(responses) {
-            if resp.status != Status::Ok as i32 {
-                return Err(RpcError::unknown(format!(
-                    "replication to {}: commit not acknowledged: {:?}",
-                    describe(&peer.id),
-                    Status::try_from(resp.status).unwrap_or(Status::Ok)
-                )));
-            }
-        }
-        Ok(())
+        decide_sync(
+            ours,
+            ours_unknown,
+            &self.route,
+            revision,
+            &peers,
+            &responses,
+        )
+        .map_err(RpcError::unknown)
     }
 
     /// Closes the pipeline gracefully: each replica rolls back anything uncommitted and
@@ -256,10 +407,13 @@ pub fn content_frame(content: &bytes::Bytes, delta: i64) -> (bytes::Bytes, bytes
 /// Gazette's gatherSync decision over the peers' answers to a sync proposal of `ours`
 /// (the pipeline was built for `route` at keyspace `revision`): PROPOSAL_MISMATCH from a peer
 /// ahead of us rolls everyone to its end with its registers; from a peer that rolled to our
-/// end without our content, rolls everyone to an empty fragment there; WRONG_ROUTE with a
-/// different Route at a later revision re-resolves; anything else is an error.
+/// end without our content, rolls everyone to an empty fragment there (with its registers
+/// when `ours_unknown`: ours are those of commits our discarded spool forgot, see
+/// `Spool::discard`); WRONG_ROUTE with a different Route at a later revision re-resolves;
+/// anything else is an error.
 pub fn decide_sync(
     ours: &Fragment,
+    ours_unknown: bool,
     route: &Route,
     revision: i64,
     peers: &[Id],
@@ -296,6 +450,13 @@ pub fn decide_sync(
                     }
                 } else if theirs.end == ours.end && theirs.begin == theirs.end {
                     roll_to = roll_to.max(theirs.end);
+                    if ours_unknown && roll_registers.is_none() {
+                        // Else both would keep their registers at this end forever (found
+                        // by the simulator once primaries commit before their peers answer:
+                        // a primary restarted after kill -9 proposed the registers of the
+                        // pipelined commits its discarded spool forgot).
+                        roll_registers = Some(resp.registers.clone().unwrap_or_default());
+                    }
                 } else {
                     return Err(format!(
                         "replication to {}: unexpected PROPOSAL_MISMATCH: [{}, {})",
@@ -362,6 +523,62 @@ fn peer_err(id: &Id, what: &str, e: RpcError) -> RpcError {
 mod tests {
     use super::*;
     use prost::Message;
+
+    fn fragment(begin: i64, end: i64) -> Fragment {
+        Fragment {
+            journal: "a/j".into(),
+            begin,
+            end,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_peer_rolled_to_our_end_is_joined_there_with_its_registers_if_ours_are_unknown() {
+        let theirs = LabelSet {
+            labels: vec![protocol::Label {
+                name: "k".into(),
+                value: "theirs".into(),
+                prefix: false,
+            }],
+        };
+        let mismatch = ReplicateResponse {
+            status: Status::ProposalMismatch as i32,
+            fragment: Some(fragment(31, 31)),
+            registers: Some(theirs.clone()),
+            ..Default::default()
+        };
+        let peers = [Id::default()];
+        let route = Route::default();
+        for (ours, unknown, registers) in [
+            (fragment(0, 31), false, None),
+            (fragment(31, 31), false, None),
+            (fragment(31, 31), true, Some(theirs.clone())),
+        ] {
+            let decided = decide_sync(
+                &ours,
+                unknown,
+                &route,
+                1,
+                &peers,
+                std::slice::from_ref(&mismatch),
+            );
+            assert_eq!(decided, Ok(Synced::RollTo { end: 31, registers }));
+        }
+        // A peer ahead always gives its registers.
+        let ahead = ReplicateResponse {
+            fragment: Some(fragment(0, 40)),
+            ..mismatch
+        };
+        let decided = decide_sync(&fragment(0, 31), false, &route, 1, &peers, &[ahead]);
+        assert_eq!(
+            decided,
+            Ok(Synced::RollTo {
+                end: 40,
+                registers: Some(theirs)
+            })
+        );
+    }
 
     #[test]
     fn content_frames_decode_as_replicate_requests() {

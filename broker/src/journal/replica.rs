@@ -24,6 +24,9 @@ pub struct Replica {
     /// The replication pipeline of the last append as primary, kept for the next one
     /// while its Route holds (only the spool's holder takes or replaces it).
     pub pipeline: RefCell<Option<crate::journal::pipeline::Pipeline>>,
+    /// The journal's commits proposed as primary whose acknowledgements are still awaited
+    /// (pipelined appends); the spool's holder drains them before it rolls or syncs.
+    pub awaiting: Rc<crate::journal::pipeline::Awaiting>,
     /// Whether this broker's data directory held the journal's spool before this open: an
     /// empty spool behind a listed write head is then this broker's own persisted history.
     pub wrote_before: bool,
@@ -91,6 +94,7 @@ impl Replica {
             index: RefCell::new(index),
             bucket: RefCell::new(TokenBucket::new()),
             pipeline: RefCell::new(None),
+            awaiting: Rc::default(),
             wrote_before,
         });
         glommio::spawn_local(refresh_loop(core.clone(), Rc::downgrade(&replica))).detach();

@@ -11,6 +11,11 @@
 //! 5. Liveness: once faults stop, every journal accepts an append within a few attempts.
 //! 6. An append whose register check matches no registers is never acknowledged while the
 //!    journal holds registers (checked by the driver from the append's response).
+//! 7. Readers never see unacknowledged content: what a journal's primary shows to readers
+//!    (its index) is, like an acknowledged append, held by every member of its Route, so no
+//!    offset of it is ever written again with other content (invariant 2 over what readers
+//!    saw) unless every one of those members lost it (their leases expired before the store
+//!    had it), as for acknowledged appends.
 //!
 //! Lives on: the simulation's one executor thread.
 
@@ -27,6 +32,15 @@ pub struct Ack {
     pub holders: BTreeSet<usize>,
 }
 
+/// What readers saw at a journal's primary during one check (invariant 7).
+pub struct Seen {
+    pub journal: usize,
+    pub broker: usize,
+    pub step: usize,
+    /// The members of the journal's Route at the time, minus those whose lease expired since.
+    pub holders: BTreeSet<usize>,
+}
+
 #[derive(Default)]
 pub struct Checker {
     /// Per journal: offset → (byte, the sources that hold it).
@@ -35,6 +49,8 @@ pub struct Checker {
     pub acks: Vec<Ack>,
     /// Per journal, the end of the last acknowledged append.
     pub heads: Vec<i64>,
+    /// What readers saw at primaries, with the ranges they saw.
+    seen: Vec<(Seen, Vec<(i64, i64)>)>,
 }
 
 impl Checker {
@@ -136,6 +152,22 @@ impl Checker {
         Ok(())
     }
 
+    /// Invariant 7: readers saw `readable` at a journal's primary; it must never be
+    /// contradicted while any of its holders keeps it.
+    pub fn seen(&mut self, seen: Seen, readable: &Readable) -> Result<(), String> {
+        let source = seen_source(&seen);
+        let mut ranges = Vec::new();
+        for (at, bytes) in &readable.ranges {
+            self.record(seen.journal, *at, bytes, &source)
+                .map_err(|e| format!("invariant 7: {e}"))?;
+            ranges.push((*at, *at + bytes.len() as i64));
+        }
+        if !ranges.is_empty() {
+            self.seen.push((seen, ranges));
+        }
+        Ok(())
+    }
+
     /// Broker `b`'s lease expired: it holds no acknowledged append any more. An append
     /// whose every holder is gone before the store had it is lost, as in Gazette (a
     /// journal's spools die with its brokers): it is forgotten, and its offsets may be
@@ -172,8 +204,37 @@ impl Checker {
                 .max()
                 .unwrap_or(0);
         }
+        // What readers saw is forgotten likewise, range by range (the store may hold some).
+        let mut forget = Vec::new();
+        for (seen, ranges) in &mut self.seen {
+            seen.holders.remove(&b);
+            if !seen.holders.is_empty() {
+                continue;
+            }
+            let fragments = store.fragments.get(&super::journal_name(seen.journal));
+            let stored = |(begin, end): &(i64, i64)| {
+                fragments.is_some_and(|m| {
+                    m.values()
+                        .any(|s| s.fragment.begin <= *begin && *end <= s.fragment.end)
+                })
+            };
+            if !ranges.iter().all(stored) {
+                forget.push(seen_source(seen));
+            }
+        }
+        self.seen.retain(|(s, _)| !s.holders.is_empty());
+        for source in forget {
+            self.forget(&source);
+        }
         lines
     }
+}
+
+fn seen_source(seen: &Seen) -> String {
+    format!(
+        "what readers saw at broker-{} at step {}",
+        seen.broker, seen.step
+    )
 }
 
 fn ack_source(begin: i64, step: usize) -> String {

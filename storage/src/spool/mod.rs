@@ -319,6 +319,13 @@ impl Spool {
         &self.registers
     }
 
+    /// Whether the registers are not known to hold at the fragment's begin (after
+    /// [`Spool::discard`]: they may be those of the commits it forgot), until a proposal
+    /// is agreed.
+    pub fn registers_unknown(&self) -> bool {
+        self.registers_unknown
+    }
+
     /// Number of uncommitted bytes written past the committed end.
     pub fn delta(&self) -> i64 {
         self.delta

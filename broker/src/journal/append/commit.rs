@@ -1,6 +1,8 @@
 //! Committing an append (Gazette's onReadAcknowledgements): the registers' update, the
-//! commit round through the peers, the spool's commit with the registers (atomically), the
-//! keep_proposed rule after a failed round, and the committed reply.
+//! pipelined commit round through the peers (propose and commit locally while holding the
+//! spool, then await the acknowledgements in turn without it, then publish), the local
+//! commit of a journal without peers, the keep_proposed rule after a failed proposal, and
+//! the committed reply.
 //!
 //! Lives on: the journal's owner core, committing the spool the append holds.
 
@@ -8,10 +10,13 @@ use super::Held;
 use super::stream::Record;
 use super::sync::storage_err;
 use crate::journal::core::Core;
+use crate::journal::pipeline::Turn;
+use crate::journal::replica::Replica;
 use protocol::grpc::RpcError;
 use protocol::{AppendResponse, Fragment, Header, LabelSet, Status};
 use std::rc::Rc;
 use std::time::Instant;
+use storage::LocalFragment;
 use storage::spool::Spool;
 
 /// The journal's registers after the append: `subtract` taken out, then `union` added.
@@ -30,18 +35,88 @@ pub(super) fn next_registers(
     next
 }
 
+/// A commit proposed to the peers and committed to this broker's spool, not yet shown to
+/// readers: what the append needs, once it let go of the spool, to await its peers'
+/// acknowledgements and then publish the commit.
+pub(super) struct Proposed {
+    replica: Rc<Replica>,
+    /// The spool's fragment as the commit left it.
+    committed: LocalFragment,
+    turn: Turn,
+    /// Durable mode: the local commit's sync (shared with the commits around it).
+    synced: Option<storage::spool::SyncTicket>,
+}
+
 /// Proposes the spool's next fragment (the streamed content) with `registers` to every
-/// peer and gathers their acknowledgements.
-pub(super) async fn replicate(
+/// peer, then commits it to this broker's spool at once (as Gazette's primary applies each
+/// proposal it sends, and as [`keep_proposed`] does after a failed round: a peer may commit
+/// it, so this broker must hold it) without showing it to readers, and takes the commit's
+/// turn in the read barrier. The record gets the committed codec and registers.
+pub(super) async fn propose(
     core: &Rc<Core>,
     held: &mut Held<'_>,
-    journal: &str,
-    registers: &LabelSet,
-) -> Result<(), RpcError> {
+    registers: LabelSet,
+    record: &mut Record,
+) -> Result<Proposed, RpcError> {
     let next = held.spool.next();
-    let pln = held.pipeline();
-    pln.propose(core, &next, registers, true).await?;
-    pln.gather_ok(core, journal).await
+    held.pipeline()
+        .propose(core, &next, &registers, true)
+        .await?;
+    let committed = held.spool.commit(registers).await.map_err(storage_err)?;
+    record.codec = committed.compression_codec;
+    record.registers = held.spool.registers().clone();
+    let committed = LocalFragment {
+        fragment: committed,
+        file: held.spool.file(),
+    };
+    if crate::mutation::active(crate::mutation::Mutation::PublishBeforeAcks) {
+        // Broken on purpose (test builds only): readers see the commit before any peer
+        // acknowledged it.
+        held.replica.index.borrow_mut().add_local(committed.clone());
+    }
+    let awaiting = held.replica.awaiting.clone();
+    let turn = held.pipeline().turn(&awaiting);
+    Ok(Proposed {
+        replica: held.replica.clone(),
+        committed,
+        turn,
+        synced: held.spool.sync_ticket(),
+    })
+}
+
+/// Without the spool: waits for the commit's turn, reads every peer's acknowledgement of
+/// it, shows it to readers (in commit order: the turns are) and counts it, then passes the
+/// turn on. On an error the turn is dropped, which breaks the pipeline: the commits behind
+/// fail too, and the next append opens and syncs a new one.
+pub(super) async fn await_acks(
+    core: &Rc<Core>,
+    proposed: Proposed,
+    journal: &str,
+    record: &Record,
+    acquired: Instant,
+) -> Result<(), RpcError> {
+    let Proposed {
+        replica,
+        committed,
+        mut turn,
+        synced,
+    } = proposed;
+    // Durable mode: this broker's sync runs while the peers' acknowledgements (which
+    // follow their own syncs) are awaited; readers and the client see the commit after both.
+    let sync = async {
+        match synced {
+            Some(ticket) => ticket.wait().await.map_err(crate::errors::storage_err),
+            None => Ok(()),
+        }
+    };
+    let (acks, sync) = futures_lite::future::zip(turn.gather_ok(core, journal), sync).await;
+    acks?;
+    sync?;
+    replica.index.borrow_mut().add_local(committed);
+    let end = record.begin + record.appended;
+    crate::metrics::append_committed(journal, record.appended as u64, acquired, end);
+    turn.pass();
+    Ok(())
 }
 
 /// Commits the streamed content with `registers` to the spool, waits until it is on the

@@ -7,10 +7,11 @@
 //! The main path (`*` repeats; any state may also fail, and the spool's holder releases):
 //!
 //! ```text
-//! Resolve ─▶ [ResumeSuspended] ─▶ AcquirePipeline ─▶ StartPipeline ─▶ [OpenPipeline]
-//!   ─▶ SyncPipeline* ─▶ UpdateAssignments ─▶ AwaitDesiredReplicas{primary} ─▶ AwaitIndex
-//!   ─▶ ValidatePreconditions ─▶ [UpdateSuspend] ─▶ RollSpool ─▶ StreamContent
-//!   ─▶ [AwaitCommit] ─▶ UpdateRegisters ─▶ Respond ─▶ Done
+//! Resolve ─▶ [ResumeSuspended] ─▶ AcquirePipeline ─▶ StartPipeline
+//!   ─▶ [OpenPipeline ─▶ SyncPipeline*] ─▶ UpdateAssignments ─▶ AwaitDesiredReplicas{primary}
+//!   ─▶ AwaitIndex ─▶ ValidatePreconditions ─▶ [UpdateSuspend] ─▶ RollSpool ─▶ StreamContent
+//!   ─▶ AwaitCommit ═▶ AwaitAcks ─▶ Respond ─▶ Done           (with peers: pipelined)
+//!   ─▶ UpdateRegisters ─▶ Respond ─▶ Done                     (no peers)
 //! Resolve ─▶ AwaitDesiredReplicas{not primary} ─▶ Proxy
 //! back to Resolve: the primacy moved (AcquirePipeline), a peer's later Route
 //!   (SyncPipeline), written assignments, too many members (AwaitDesiredReplicas)
@@ -18,6 +19,13 @@
 //!   precondition, SuspendFully, refused content, an empty append
 //! AwaitCommit failed ─▶ KeepProposed ─▶ Failed
 //! ```
+//!
+//! A kept pipeline that serves the Route was synchronized by the append that kept it (as in
+//! Gazette), so it goes on to UpdateAssignments without a sync round. `═▶` lets go of the
+//! spool and the pipeline: AwaitCommit sends the commit proposal, commits the content to
+//! this broker's spool (not yet shown to readers) and takes its turn in the pipeline's read
+//! barrier; the next append may then stream and propose while AwaitAcks waits for its turn,
+//! reads its peers' acknowledgements, and shows the commit to readers.
 //!
 //! Lives on: the journal's owner core, as plain values owned by one append's driver.
 
@@ -71,8 +79,12 @@ pub enum State {
     RollSpool { plan: Plan },
     /// Stream the client's content to the spool and the peers until the commit chunk.
     StreamContent { final_status: Status },
-    /// Propose the commit to the peers and gather their acknowledgements.
+    /// Propose the commit to the peers, commit it to this broker's spool (not yet shown to
+    /// readers) and take a turn in the read barrier; then let go of the spool.
     AwaitCommit { final_status: Status },
+    /// Without the spool: wait for the turn, gather the peers' acknowledgements of the
+    /// commit, and show it to readers.
+    AwaitAcks { final_status: Status },
     /// A commit round failed: keep the proposed content on this broker's spool, then fail.
     KeepProposed { error: RpcError },
     /// Commit the content with the registers' update to the spool, atomically.
@@ -253,7 +265,7 @@ pub fn transition(state: State, event: Event) -> (State, Effect) {
                 (S::Resolve { read_through }, Effect::Release(Fate::Drop))
             }
         }
-        (S::StartPipeline, E::Kept(KeptPipeline::Serves)) => go(sync_start()),
+        (S::StartPipeline, E::Kept(KeptPipeline::Serves)) => go(S::UpdateAssignments),
         (S::StartPipeline, E::Kept(_)) => go(S::OpenPipeline),
         (S::OpenPipeline, E::Done) => go(sync_start()),
         (
@@ -284,7 +296,12 @@ pub fn transition(state: State, event: Event) -> (State, Effect) {
             final_status: plan.final_status,
         }),
         (S::StreamContent { final_status }, E::Streamed(s)) => on_streamed(final_status, s),
-        (S::AwaitCommit { final_status }, E::Done) => go(S::UpdateRegisters { final_status }),
+        (S::AwaitCommit { final_status }, E::Done) => {
+            (S::AwaitAcks { final_status }, Effect::Release(Fate::Keep))
+        }
+        (S::AwaitAcks { final_status }, E::Done) => go(S::Respond(Reply::Committed {
+            status: final_status,
+        })),
         (S::KeepProposed { error }, E::Done) => fail(error, Fate::Rollback),
         (S::UpdateRegisters { final_status }, E::Done) => go(S::Respond(Reply::Committed {
             status: final_status,
@@ -417,6 +434,8 @@ fn on_failure(state: State, error: RpcError) -> (State, Effect) {
             Fate::Rollback,
         ),
         State::AwaitCommit { .. } => go(State::KeepProposed { error }),
+        // Nothing is held: the turn dropped by the driver broke the pipeline.
+        State::AwaitAcks { .. } => (State::Failed(error), Effect::None),
         State::Resolve { .. }
         | State::ResumeSuspended { .. }
         | State::AwaitDesiredReplicas { .. }
@@ -617,7 +636,8 @@ mod tests {
     #[test]
     fn start_reuses_a_serving_pipeline_and_opens_otherwise() {
         let kept = |k| transition(State::StartPipeline, Event::Kept(k));
-        assert_eq!(kept(KeptPipeline::Serves), go(sync_start()));
+        // A kept pipeline was synchronized by the append that kept it.
+        assert_eq!(kept(KeptPipeline::Serves), go(State::UpdateAssignments));
         assert_eq!(kept(KeptPipeline::Stale), go(State::OpenPipeline));
         assert_eq!(kept(KeptPipeline::None), go(State::OpenPipeline));
         assert_eq!(
@@ -929,19 +949,50 @@ mod tests {
     // --- AwaitCommit / KeepProposed / UpdateRegisters / Respond ---
 
     #[test]
-    fn acknowledged_commit_updates_registers_then_answers() {
+    fn a_proposed_commit_lets_the_spool_go_then_awaits_its_acknowledgements() {
         let next = transition(
             State::AwaitCommit {
-                final_status: Status::Ok,
+                final_status: Status::Suspended,
             },
             Event::Done,
         );
         assert_eq!(
             next,
-            go(State::UpdateRegisters {
-                final_status: Status::Ok
-            })
+            (
+                State::AwaitAcks {
+                    final_status: Status::Suspended
+                },
+                Effect::Release(Fate::Keep)
+            )
         );
+        let next = transition(next.0, Event::Done);
+        assert_eq!(
+            next,
+            go(State::Respond(Reply::Committed {
+                status: Status::Suspended
+            }))
+        );
+    }
+
+    #[test]
+    fn unacknowledged_commits_fail_without_touching_the_spool() {
+        let next = transition(
+            State::AwaitAcks {
+                final_status: Status::Ok,
+            },
+            Event::Failed(err("peer reset")),
+        );
+        assert_eq!(next, (State::Failed(err("peer reset")), Effect::None));
+        assert!(
+            !State::AwaitAcks {
+                final_status: Status::Ok
+            }
+            .holds_spool()
+        );
+    }
+
+    #[test]
+    fn a_local_commit_updates_registers_then_answers() {
         let next = transition(
             State::UpdateRegisters {
                 final_status: Status::Ok,
@@ -1048,6 +1099,9 @@ mod tests {
                 final_status: Status::Ok,
             },
             State::AwaitCommit {
+                final_status: Status::Ok,
+            },
+            State::AwaitAcks {
                 final_status: Status::Ok,
             },
             State::KeepProposed { error: err("x") },

@@ -6,6 +6,11 @@
 //! machine's transitions are pure; the driver here performs each state's action and feeds
 //! its outcome back.
 //!
+//! Appends are pipelined: with peers, an append lets go of the spool and the pipeline as
+//! soon as its commit proposal is sent (and committed to this broker's spool), so the next
+//! append streams while it awaits its acknowledgements in turn (`pipeline::Turn`); the
+//! commit is shown to readers only once every peer acknowledged it.
+//!
 //! Lives on: the journal's owner core. The spool is held through an async mutex (Gazette's
 //! "acquire pipeline"), never through a `RefCell` borrow across an `.await`; the driver
 //! holds it only inside [`Driver::hold`], so that letting go of it is one scope's end.
@@ -55,6 +60,7 @@ pub async fn append(
         acquired: Instant::now(),
         registers: LabelSet::default(),
         record: Record::default(),
+        proposed: None,
     };
     driver.run().await
 }
@@ -81,7 +87,7 @@ impl Held<'_> {
     fn take_kept(&mut self, route: &Route) -> KeptPipeline {
         let kept = self.replica.pipeline.borrow_mut().take();
         match kept {
-            Some(p) if p.serves(route) => {
+            Some(p) if p.serves(route) && !p.broken() => {
                 self.pln = Some(p);
                 KeptPipeline::Serves
             }
@@ -134,6 +140,8 @@ struct Driver<'a> {
     registers: LabelSet,
     /// The streamed content's figures, for the commit and the reply.
     record: Record,
+    /// The commit proposed and awaiting its acknowledgements (AwaitCommit to AwaitAcks).
+    proposed: Option<commit::Proposed>,
 }
 
 impl Driver<'_> {
@@ -216,6 +224,16 @@ impl Driver<'_> {
                     revision: res.snapshot.revision,
                 }
             }
+            State::AwaitAcks { .. } => {
+                let proposed = self.proposed.take().expect("AwaitCommit proposed");
+                let journal = &resolution(&self.res).journal;
+                let awaited =
+                    commit::await_acks(self.core, proposed, journal, &self.record, self.acquired);
+                match awaited.await {
+                    Ok(()) => Event::Done,
+                    Err(err) => Event::Failed(err),
+                }
+            }
             State::Respond(reply) => self.respond(reply).await,
             // The machine never leads here (`fsm` tests the spool's states).
             held => Event::Failed(RpcError::internal(format!(
@@ -276,10 +294,13 @@ impl Driver<'_> {
             }
             State::StreamContent { .. } => self.stream(held).await.map(Event::Streamed),
             State::AwaitCommit { .. } => {
-                let journal = &self.res().journal;
-                commit::replicate(core, held, journal, &self.next_registers())
+                let registers = self.next_registers();
+                commit::propose(core, held, registers, &mut self.record)
                     .await
-                    .map(|()| Event::Done)
+                    .map(|proposed| {
+                        self.proposed = Some(proposed);
+                        Event::Done
+                    })
             }
             State::KeepProposed { .. } => {
                 let journal = &self.res().journal;
@@ -341,11 +362,14 @@ impl Driver<'_> {
         )
     }
 
-    /// Closes a stale kept pipeline and opens one for the resolved Route.
+    /// Closes a stale kept pipeline and opens one for the resolved Route, once no commit of
+    /// an earlier pipeline awaits acknowledgements (the new one's sync may roll the spool,
+    /// which shows what it completes to readers).
     async fn open_pipeline(&self, held: &mut Held<'_>) -> Result<(), RpcError> {
         if let Some(stale) = held.stale.take() {
             stale.close();
         }
+        held.replica.awaiting.drained().await;
         let res = self.res();
         held.pln = Some(Pipeline::open(self.core, &res.journal, &res.header).await?);
         Ok(())

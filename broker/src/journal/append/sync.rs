@@ -26,18 +26,26 @@ pub(super) async fn sync_round(
     roll_to: Option<i64>,
     registers: Option<&LabelSet>,
 ) -> Result<Synced, RpcError> {
-    let registers = registers.unwrap_or_else(|| held.spool.registers()).clone();
+    let unknown = held.spool.registers_unknown();
     let proposal = match roll_due(&held.spool, roll_to, spec) {
         Some(at) => empty_at(&held.spool, at, codec_of(spec)),
         None => held.spool.fragment().clone(),
     };
+    if let Some(theirs) = registers
+        && proposal.end == held.spool.fragment().end
+    {
+        // Registers a peer's answer gave for this very end (a roll in place, which keeps a
+        // spool's own registers): this spool takes them too.
+        held.spool.set_registers(theirs.clone());
+    }
+    let registers = registers.unwrap_or_else(|| held.spool.registers()).clone();
     apply_local(core, held.replica, &mut held.spool, &proposal, &registers).await?;
     let pln = held.pipeline();
     if !pln.has_peers() {
         return Ok(Synced::Ok);
     }
     pln.propose(core, &proposal, &registers, true).await?;
-    pln.gather_sync(core, &proposal).await
+    pln.gather_sync(core, &proposal, unknown).await
 }
 
 /// Rolls this broker's spool and every peer's to an empty fragment at the offset
@@ -51,13 +59,21 @@ pub(super) async fn roll_if_due(
     let Some(at) = roll_due(&held.spool, roll_to, spec) else {
         return Ok(());
     };
+    // The roll shows the completed fragment to readers: the commits in it must all have
+    // been acknowledged first, and the streams' answers must be this round's.
+    held.replica.awaiting.drained().await;
+    if held.pipeline().broken() {
+        return Err(RpcError::unknown(
+            "replication pipeline: an earlier commit round failed",
+        ));
+    }
     let proposal = empty_at(&held.spool, at, codec_of(spec));
     let registers = held.spool.registers().clone();
     apply_local(core, held.replica, &mut held.spool, &proposal, &registers).await?;
     let pln = held.pipeline();
     if pln.has_peers() {
         pln.propose(core, &proposal, &registers, true).await?;
-        if pln.gather_sync(core, &proposal).await? != Synced::Ok {
+        if pln.gather_sync(core, &proposal, false).await? != Synced::Ok {
             return Err(RpcError::unknown(format!(
                 "replicas did not accept the roll to {at}"
             )));
@@ -122,7 +138,7 @@ pub(crate) fn empty_at(spool: &Spool, at: i64, codec: protocol::CompressionCodec
 /// closes kept pipelines on later changes; this covers a change while the append held it.)
 pub(super) fn keep_pipeline(core: &Core, replica: &Replica, pln: Pipeline) {
     let snapshot = core.keyspace.current();
-    if !snapshot.cluster {
+    if !snapshot.cluster && !pln.broken() {
         // The single node leads every journal alone: nothing to check per append.
         replica.pipeline.replace(Some(pln));
         return;
@@ -132,7 +148,10 @@ pub(super) fn keep_pipeline(core: &Core, replica: &Replica, pln: Pipeline) {
         .ok()
         .and_then(|i| route.members.get(i))
         .is_some_and(|p| *p == core.process_id);
-    if leads && pln.serves(&route) && !replica.index.borrow().is_closed() {
+    if pln.broken() {
+        // A commit round failed: the next append opens and syncs a new pipeline.
+        drop(pln);
+    } else if leads && pln.serves(&route) && !replica.index.borrow().is_closed() {
         replica.pipeline.replace(Some(pln));
     } else {
         pln.close();

@@ -65,37 +65,103 @@ pub enum PeerCall {
 }
 
 impl PeerCall {
-    /// Sends `frame` (a whole gRPC frame, or a part of one).
-    pub async fn send_frame(&mut self, frame: bytes::Bytes) -> Result<(), RpcError> {
+    /// The stream's request side and response side, used apart: the spool's holder sends
+    /// while appends in flight read their acknowledgements in turn.
+    pub fn split(self) -> (PeerSend, PeerRecv) {
         match self {
-            PeerCall::H2(call) => call.sender.send_frame(frame, false).await,
+            PeerCall::H2(call) => {
+                let (sender, responses) = call.split();
+                (
+                    PeerSend {
+                        inner: SendInner::H2(sender),
+                        closed: false,
+                    },
+                    PeerRecv::H2(responses),
+                )
+            }
             #[cfg(test)]
-            PeerCall::Sim(call) => call.link.send_frame(frame),
+            PeerCall::Sim(call) => (
+                PeerSend {
+                    inner: SendInner::Sim(call.link),
+                    closed: false,
+                },
+                PeerRecv::Sim(call.responses),
+            ),
         }
     }
+}
 
-    /// The next response message; `Ok(None)` once the peer ended the stream with OK.
-    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
-        match self {
-            PeerCall::H2(call) => call.next().await,
+/// The request side of a `Replicate` stream. Dropped without [`PeerSend::close`], it
+/// resets the stream (the peer rolls back what it did not commit), as dropping the whole
+/// call did.
+pub struct PeerSend {
+    inner: SendInner,
+    closed: bool,
+}
+
+enum SendInner {
+    H2(protocol::grpc::FrameSender),
+    #[cfg(test)]
+    Sim(Box<dyn TestLink>),
+}
+
+impl PeerSend {
+    /// Sends `frame` (a whole gRPC frame, or a part of one).
+    pub async fn send_frame(&mut self, frame: bytes::Bytes) -> Result<(), RpcError> {
+        match &mut self.inner {
+            SendInner::H2(sender) => sender.send_frame(frame, false).await,
             #[cfg(test)]
-            PeerCall::Sim(call) => match call.responses.recv_async().await {
-                Ok(Ok(Some(body))) => protocol::grpc::decode_message(body).map(Some),
-                Ok(Ok(None)) => Ok(None),
-                Ok(Err(e)) => Err(e),
-                Err(_) => Err(RpcError::unavailable("simulated stream reset")),
-            },
+            SendInner::Sim(link) => link.send_frame(frame),
         }
     }
 
     /// Half-closes the stream: the peer sees EOF after what was sent.
     pub fn close(&mut self) {
-        match self {
-            PeerCall::H2(call) => {
-                let _ = call.sender.close();
+        self.closed = true;
+        match &mut self.inner {
+            SendInner::H2(sender) => {
+                let _ = sender.close();
             }
             #[cfg(test)]
-            PeerCall::Sim(call) => call.link.close(),
+            SendInner::Sim(link) => link.close(),
+        }
+    }
+}
+
+impl Drop for PeerSend {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        match &mut self.inner {
+            SendInner::H2(sender) => sender.cancel(),
+            // The simulated link resets itself when dropped unclosed.
+            #[cfg(test)]
+            SendInner::Sim(_) => {}
+        }
+    }
+}
+
+/// The response side of a `Replicate` stream.
+#[allow(clippy::large_enum_variant)]
+pub enum PeerRecv {
+    H2(protocol::grpc::ClientResponses),
+    #[cfg(test)]
+    Sim(flume::Receiver<Result<Option<bytes::Bytes>, RpcError>>),
+}
+
+impl PeerRecv {
+    /// The next response message; `Ok(None)` once the peer ended the stream with OK.
+    pub async fn next<M: prost::Message + Default>(&mut self) -> Result<Option<M>, RpcError> {
+        match self {
+            PeerRecv::H2(responses) => responses.next().await,
+            #[cfg(test)]
+            PeerRecv::Sim(responses) => match responses.recv_async().await {
+                Ok(Ok(Some(body))) => protocol::grpc::decode_message(body).map(Some),
+                Ok(Ok(None)) => Ok(None),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(RpcError::unavailable("simulated stream reset")),
+            },
         }
     }
 }
