@@ -339,21 +339,9 @@ pub fn table(bars: &[Bar]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::Limit;
     use crate::report::Row;
+    use crate::report::tests::limits;
     use crate::runs::{Cost, Latency};
-
-    fn limits() -> Limits {
-        let l = |b: f64| Limit {
-            bytes_per_s: b,
-            method: "test".into(),
-        };
-        Limits {
-            loopback: l(2e9),
-            sha1: l(1e9),
-            disk: l(1e9),
-        }
-    }
 
     fn m(records: f64, cores: f64, p50: f64, p99: f64) -> Measurement {
         Measurement {

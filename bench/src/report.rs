@@ -627,12 +627,13 @@ pub fn svg(scenario: &Scenario) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::limits::Limit;
     use crate::runs::Latency;
 
-    fn limits() -> Limits {
+    /// Machine limits for tests (shared with `bars`' tests).
+    pub(crate) fn limits() -> Limits {
         let l = |b: f64| Limit {
             bytes_per_s: b,
             method: "test".into(),
