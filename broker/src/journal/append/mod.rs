@@ -154,7 +154,7 @@ impl Driver<'_> {
                 State::Proxy => return Box::pin(self.proxy()).await,
                 State::AcquirePipeline { read_through } => self.hold(read_through).await,
                 free => {
-                    let event = Box::pin(self.perform_free(&free)).await;
+                    let event = self.perform_free(&free).await;
                     transition(free, event).0
                 }
             };
@@ -212,7 +212,14 @@ impl Driver<'_> {
             }
             State::ResumeSuspended { .. } => {
                 let offset = suspend_of(self.res().spec.as_ref()).1;
-                match route::update_suspend(self.core, self.res(), Level::None, offset).await {
+                match Box::pin(route::update_suspend(
+                    self.core,
+                    self.res(),
+                    Level::None,
+                    offset,
+                ))
+                .await
+                {
                     Ok(()) => self.resolve().await,
                     Err(err) => Event::Failed(err),
                 }
@@ -319,7 +326,7 @@ impl Driver<'_> {
                     .await
                     .map(|()| Event::Done)
             }
-            free => return Box::pin(self.perform_free(free)).await,
+            free => return self.perform_free(free).await,
         };
         outcome.unwrap_or_else(Event::Failed)
     }
