@@ -955,50 +955,6 @@ impl SleepableRing {
         source
     }
 
-    /// This function prepares a timer that fires only after a given number of
-    /// CQEs are available on the main ring. This timer is linked with a write
-    /// to the latency ring's event fd such that this timer triggers a
-    /// preemption via the latency ring.
-    #[allow(dead_code)] // Courant patch: no longer armed
-    fn prepare_throughput_preemption_timer(&mut self, min_events: u32, event_fd: RawFd) -> Source {
-        assert!(min_events >= 1, "min_events should be at least 1");
-        let timer_source = Source::new(
-            IoRequirements::default(),
-            -1,
-            SourceType::Timeout(TimeSpec64::MAX, min_events),
-            None,
-            None,
-        );
-
-        const EVENTFD_WAKEUP: &[u64; 1] = &[1u64; 1];
-        let write_op = UringDescriptor {
-            fd: event_fd,
-            flags: SubmissionFlags::empty(),
-            user_data: 0,
-            args: UringOpDescriptor::Write(EVENTFD_WAKEUP as *const u64 as _, 8, 0),
-        };
-
-        let op = match &*timer_source.source_type() {
-            SourceType::Timeout(ts, events) => {
-                UringOpDescriptor::Timeout(&ts.raw as *const _, *events)
-            }
-            _ => unreachable!(),
-        };
-        let queue = self.submission_queue();
-        queue.borrow_mut().submissions.push_front(write_op);
-        queue.borrow_mut().submissions.push_front(UringDescriptor {
-            args: op,
-            fd: -1,
-            flags: SubmissionFlags::IO_LINK,
-            user_data: to_user_data(
-                self.source_map
-                    .borrow_mut()
-                    .add_source(&timer_source, queue.clone()),
-            ),
-        });
-        timer_source
-    }
-
     fn install_eventfd(&mut self, eventfd_src: &Source) -> bool {
         if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
             // Now must wait on the `eventfd` in case someone wants to wake us up.
@@ -1222,8 +1178,8 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    latency_preemption_timeout_src: Cell<Option<Source>>,
-    latency_preemption_deadline: Cell<Option<Instant>>,
+    // Courant patch: the armed latency timer and its deadline.
+    latency_preemption_timeout_src: Cell<Option<(Source, Instant)>>,
 
     link_fd: RawFd,
 
@@ -1354,7 +1310,6 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
-            latency_preemption_deadline: Cell::new(None),
             blocking_thread,
             link_fd,
             notifier,
@@ -1889,20 +1844,15 @@ impl Reactor {
     /// cancelled and a new one armed. Returns whether a timer was armed.
     fn arm_latency_timer(&self, lat_ring: &mut SleepableRing, dur: Duration) -> bool {
         let deadline = Instant::now() + dur;
-        let current = self.latency_preemption_timeout_src.take();
-        if let Some(src) = current {
-            let live = src.result().is_none();
-            match self.latency_preemption_deadline.get() {
-                Some(armed) if live && armed <= deadline => {
-                    self.latency_preemption_timeout_src.set(Some(src));
-                    return false;
-                }
-                _ => drop(src),
+        if let Some((src, armed)) = self.latency_preemption_timeout_src.take() {
+            if src.result().is_none() && armed <= deadline {
+                self.latency_preemption_timeout_src.set(Some((src, armed)));
+                return false;
             }
+            // Dropping `src` cancels it if it is still in flight.
         }
-        self.latency_preemption_timeout_src
-            .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-        self.latency_preemption_deadline.set(Some(deadline));
+        let src = lat_ring.prepare_latency_preemption_timer(dur);
+        self.latency_preemption_timeout_src.set(Some((src, deadline)));
         true
     }
 
