@@ -165,10 +165,12 @@ pub fn can_mount_tmpfs() -> bool {
 
 /// A TCP proxy that can cut every connection through it and refuse new ones, then let
 /// them through again: a network outage between a broker and a server (etcd) without
-/// touching either process.
+/// touching either process. It can also freeze: connections stay open but no byte moves
+/// either way (a blackholed link, where nothing answers and nothing fails).
 pub struct CutProxy {
     port: u16,
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    flowing: tokio::sync::watch::Sender<bool>,
     conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -184,19 +186,27 @@ impl CutProxy {
         let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let upstream = upstream.to_string();
+        let (flowing, _) = tokio::sync::watch::channel(true);
         let accept = {
             let open = open.clone();
             let conns = conns.clone();
+            let flow = flowing.subscribe();
             tokio::spawn(async move {
-                while let Ok((mut client, _)) = listener.accept().await {
+                while let Ok((client, _)) = listener.accept().await {
                     if !open.load(Ordering::SeqCst) {
                         drop(client);
                         continue;
                     }
                     let upstream = upstream.clone();
+                    let (f1, f2) = (flow.clone(), flow.clone());
                     let task = tokio::spawn(async move {
-                        if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        if let Ok(server) = tokio::net::TcpStream::connect(&upstream).await {
+                            let (cr, cw) = client.into_split();
+                            let (sr, sw) = server.into_split();
+                            tokio::select! {
+                                _ = pump(cr, sw, f1) => {}
+                                _ = pump(sr, cw, f2) => {}
+                            }
                         }
                     });
                     let mut all = conns.lock().expect("proxy connections");
@@ -208,6 +218,7 @@ impl CutProxy {
         CutProxy {
             port,
             open,
+            flowing,
             conns,
             accept,
         }
@@ -228,6 +239,38 @@ impl CutProxy {
     /// Lets connections through again.
     pub fn restore(&self) {
         self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stops every byte, both ways, on every connection (open or new), without closing any.
+    pub fn freeze(&self) {
+        self.flowing.send_replace(false);
+    }
+
+    /// Lets the bytes held by [`CutProxy::freeze`] (and all later ones) through again.
+    pub fn thaw(&self) {
+        self.flowing.send_replace(true);
+    }
+}
+
+/// Copies `from` to `to`, holding bytes (neither reading nor writing) while not `flowing`.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut flowing: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        if flowing.wait_for(|f| *f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if flowing.wait_for(|f| *f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -349,6 +349,38 @@ async fn append_when_assigned(ch: &Channel, journal: &str, data: &[u8], broker: 
     }
 }
 
+/// A broker (one core) reaching etcd at `url` through a [`CutProxy`], under a fresh
+/// prefix and broker ID made from `name`, with `--etcd.lease lease`.
+///
+/// [`CutProxy`]: courant_tests::faults::CutProxy
+async fn broker_via_proxy(
+    url: &str,
+    name: &str,
+    lease: &str,
+) -> (courant_tests::faults::CutProxy, Broker) {
+    let prefix = unique_prefix(name);
+    let upstream = url.trim_start_matches("http://").trim_end_matches('/');
+    let proxy = courant_tests::faults::CutProxy::start(upstream).await;
+    let via_proxy = format!("http://127.0.0.1:{}", proxy.port());
+    let id = format!("courant-{name}-test");
+    let broker = Broker::start(&[
+        "--etcd.address",
+        &via_proxy,
+        "--etcd.prefix",
+        &prefix,
+        "--etcd.lease",
+        lease,
+        "--broker.zone",
+        ZONE,
+        "--broker.id",
+        &id,
+        "--tpc.cores",
+        "1",
+    ])
+    .await;
+    (proxy, broker)
+}
+
 /// etcd compacts the revision a broker's keyspace watch must resume from (the watch broke
 /// in a network outage, and the keyspace moved on and was compacted meanwhile): the broker
 /// reloads the keyspace and goes on in place, as Gazette's does; it neither exits nor
@@ -356,25 +388,7 @@ async fn append_when_assigned(ch: &Channel, journal: &str, data: &[u8], broker: 
 #[tokio::test]
 async fn etcd_compacted_watch_reloads_in_place() {
     let Some(url) = etcd_url() else { return };
-    let prefix = unique_prefix("compact");
-    let upstream = url.trim_start_matches("http://").trim_end_matches('/');
-    let proxy = courant_tests::faults::CutProxy::start(upstream).await;
-    let via_proxy = format!("http://127.0.0.1:{}", proxy.port());
-    let mut broker = Broker::start(&[
-        "--etcd.address",
-        &via_proxy,
-        "--etcd.prefix",
-        &prefix,
-        "--etcd.lease",
-        "20s",
-        "--broker.zone",
-        ZONE,
-        "--broker.id",
-        "courant-compact-test",
-        "--tpc.cores",
-        "1",
-    ])
-    .await;
+    let (proxy, mut broker) = broker_via_proxy(&url, "compact", "20s").await;
     let ch = broker.connect().await;
     create_journals(&ch, &["compact/a"]).await;
     append_when_assigned(&ch, "compact/a", b"before\n", &broker).await;
@@ -447,4 +461,46 @@ async fn etcd_compacted_watch_reloads_in_place() {
         got.extend_from_slice(&msg.content);
     }
     assert_eq!(got, b"after\n");
+}
+
+/// A broker whose link to etcd is blackholed (connections open, nothing answered) for
+/// longer than its lease exits within about the lease's TTL, with an error saying why,
+/// as Gazette's does when its etcd session ends: etcd may have expired its lease and
+/// handed its journals to others, so it must not go on serving them. Before, it noticed
+/// only once etcd answered again (and said its lease had expired), however long that
+/// took.
+#[tokio::test]
+async fn etcd_blackholed_past_the_lease_exits() {
+    let Some(url) = etcd_url() else { return };
+    let (proxy, mut broker) = broker_via_proxy(&url, "blackhole", "2s").await;
+    let ch = broker.connect().await;
+    create_journals(&ch, &["blackhole/a"]).await;
+    append_when_assigned(&ch, "blackhole/a", b"before\n", &broker).await;
+    // Renewals keep it alive well past its TTL while etcd answers.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(broker.is_running(), "{}", broker.stderr());
+
+    proxy.freeze();
+    let frozen = std::time::Instant::now();
+    let deadline = frozen + std::time::Duration::from_secs(12);
+    while broker.is_running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broker still runs 12 s into an etcd blackhole, with a 2 s lease:\n{}",
+            broker.stderr()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let took = frozen.elapsed();
+    eprintln!("the broker exited {took:?} into the blackhole");
+    proxy.thaw();
+    let stderr = broker.stderr();
+    assert!(
+        stderr.contains("lapsed") && stderr.contains("is etcd reachable?"),
+        "the broker says why it stopped:\n{stderr}"
+    );
+    assert!(
+        took <= std::time::Duration::from_secs(4),
+        "exited {took:?} into the blackhole; the lease's TTL is 2 s:\n{stderr}"
+    );
 }

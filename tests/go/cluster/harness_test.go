@@ -143,6 +143,22 @@ type cluster struct {
 	evFile  *os.File
 	evTail  []string
 	evStart time.Time
+	failure string // why the test failed (fatalf), repeated after the log dumps
+}
+
+// fatalf fails the test now, as t.Fatalf, and repeats the reason as the last line of
+// the failure's output (after the event log and the brokers' logs), where a reader of
+// only its tail still finds it.
+func (c *cluster) fatalf(format string, args ...interface{}) {
+	c.t.Helper()
+	var msg = fmt.Sprintf(format, args...)
+	c.evMu.Lock()
+	if c.failure == "" {
+		c.failure = msg
+	}
+	c.evMu.Unlock()
+	c.event("FAILED: %s", msg)
+	c.t.Fatal(msg)
 }
 
 type broker struct {
@@ -282,12 +298,16 @@ func (c *cluster) shutdown() {
 	if c.t.Failed() {
 		c.evMu.Lock()
 		var tail = append([]string(nil), c.evTail...)
+		var failure = c.failure
 		c.evMu.Unlock()
-		c.t.Logf("---- last events (full log: %s):\n%s", c.evFile.Name(), strings.Join(tail, "\n"))
 		for _, b := range c.brokers {
 			c.t.Logf("---- tail of %s (%s):\n%s", b, b.logPath, tailFile(b.logPath, 40))
 		}
 		c.t.Logf("---- client library log: %s", filepath.Join(c.dir, "client.log"))
+		c.t.Logf("---- last events (full log: %s):\n%s", c.evFile.Name(), strings.Join(tail, "\n"))
+		if failure != "" {
+			c.t.Logf("---- FAILED: %s", failure)
+		}
 	}
 	for _, b := range c.brokers {
 		b.kill()

@@ -92,11 +92,11 @@ func TestNetFault(t *testing.T) {
 				break
 			}
 			if time.Since(start) > 90*time.Second {
-				t.Fatalf("%s: not healthy: %v", what, err)
+				c.fatalf("%s: not healthy: %v", what, err)
 			}
 		}
 		if err := w.waitAcked(time.Now(), 90*time.Second-time.Since(start)); err != nil {
-			t.Fatalf("%s: not healthy: %v", what, err)
+			c.fatalf("%s: not healthy: %v", what, err)
 		}
 		c.event("healthy (%s) after %v", what, time.Since(start))
 	}

@@ -36,8 +36,8 @@ use etcd_client::{
 };
 use protocol::BrokerSpec;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Shortest lease renewal interval, however short the lease.
@@ -52,6 +52,57 @@ const GRPC_KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 const MAX_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long revoking the lease at exit may take.
 const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often the lease watchdog looks at the lease's deadline.
+const LEASE_WATCHDOG_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The latest instant our lease can still be alive, as this process sees it: etcd's own
+/// Go client (and so Gazette's session) keeps the same deadline, extending it to the
+/// time of each keep-alive answer plus the TTL it grants, and ends the session past it.
+/// Past the deadline etcd may have expired the lease and handed this broker's
+/// assignments to others, so the broker exits, as Gazette's does, even while etcd is
+/// unreachable (a blackholed link answers nothing, not even that the lease expired).
+#[derive(Debug)]
+struct LeaseDeadline {
+    expires: Instant,
+}
+
+impl LeaseDeadline {
+    /// A lease granted at `at` with `ttl`.
+    fn new(at: Instant, ttl: Duration) -> Self {
+        LeaseDeadline { expires: at + ttl }
+    }
+
+    /// etcd answered a keep-alive at `at`, with `ttl_secs` left on the lease.
+    fn renewed(&mut self, at: Instant, ttl_secs: i64) {
+        if ttl_secs > 0 {
+            self.expires = self.expires.max(at + Duration::from_secs(ttl_secs as u64));
+        }
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Exits the process once `deadline` passes without a renewal (see [`LeaseDeadline`]).
+async fn lease_watchdog(deadline: Arc<Mutex<Instant>>, lease: i64, ttl: Duration) {
+    loop {
+        tokio::time::sleep(LEASE_WATCHDOG_TICK).await;
+        let expires = *deadline.lock().unwrap_or_else(|e| e.into_inner());
+        if Instant::now() >= expires {
+            fatal(&format!(
+                "etcd lease {lease:x} lapsed: etcd acknowledged no keep-alive within the lease's \
+                 {ttl:?} TTL (is etcd reachable?); its member key and assignments may already \
+                 be gone, so this broker stops"
+            ));
+        }
+    }
+}
 
 /// How to reach etcd and what to announce.
 pub struct Config {
@@ -135,6 +186,8 @@ pub struct Etcd {
     member: BrokerSpec,
     lease: i64,
     lease_ttl: Duration,
+    /// When the lease lapses at the latest, unless renewed (see [`LeaseDeadline`]).
+    lease_deadline: LeaseDeadline,
     snapshot: Arc<Snapshot>,
     watch_delay: Duration,
     /// Where a restarted watch resumes: past the last event or progress notification.
@@ -164,11 +217,15 @@ impl Etcd {
             .await
             .map_err(|e| format!("connecting to etcd at {}: {e}", cfg.address))?;
         let ttl = cfg.lease_ttl.as_secs().max(1) as i64;
-        let lease = client
+        let grant = client
             .lease_grant(ttl, None)
             .await
-            .map_err(|e| format!("etcd lease grant at {}: {e}", cfg.address))?
-            .id();
+            .map_err(|e| format!("etcd lease grant at {}: {e}", cfg.address))?;
+        let lease = grant.id();
+        let mut lease_deadline = LeaseDeadline::new(
+            Instant::now(),
+            Duration::from_secs(grant.ttl().max(0) as u64),
+        );
         let id = cfg
             .member
             .process_spec
@@ -215,7 +272,9 @@ impl Etcd {
                 .await
                 .map_err(err("lease keep-alive"))?;
             keeper.keep_alive().await.map_err(err("lease keep-alive"))?;
-            let _ = responses.message().await;
+            if let Ok(Some(resp)) = responses.message().await {
+                lease_deadline.renewed(Instant::now(), resp.ttl());
+            }
             tokio::time::sleep(wait).await;
         };
 
@@ -232,6 +291,7 @@ impl Etcd {
             member: cfg.member.clone(),
             lease,
             lease_ttl: cfg.lease_ttl,
+            lease_deadline,
             resume: announce_rev + 1,
             snapshot: Arc::new(snapshot),
             watch_delay: cfg.watch_delay,
@@ -478,6 +538,13 @@ impl Etcd {
             Err(e) => fatal(&format!("etcd lease keep-alive: {e}")),
         };
         let mut tick = tokio::time::interval(keep_alive_interval(self.lease_ttl));
+        let deadline = Arc::new(Mutex::new(self.lease_deadline.expires));
+        // Aborted when the lease is revoked or this loop ends (dropping the guard).
+        let watchdog = AbortOnDrop(tokio::spawn(lease_watchdog(
+            deadline.clone(),
+            self.lease,
+            self.lease_ttl,
+        )));
         let mut stage = crate::shutdown::subscribe();
         let mut revoked = false;
         let mut exiting = false;
@@ -579,7 +646,11 @@ impl Etcd {
                     Ok(Some(resp)) if resp.ttl() <= 0 => {
                         fatal(&format!("etcd lease {:x} expired", self.lease));
                     }
-                    Ok(Some(_)) => {}
+                    Ok(Some(resp)) => {
+                        self.lease_deadline.renewed(Instant::now(), resp.ttl());
+                        *deadline.lock().unwrap_or_else(|e| e.into_inner()) =
+                            self.lease_deadline.expires;
+                    }
                     Ok(None) | Err(_) => {
                         tracing::warn!("etcd lease keep-alive stream ended; reopening");
                         match self.client.lease_keep_alive(self.lease).await {
@@ -601,6 +672,7 @@ impl Etcd {
                 _ = crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing), if !revoked => {
                     // Revoking deletes our member key (and any assignment under our lease).
                     revoked = true;
+                    watchdog.0.abort();
                     let revoke = self.client.lease_revoke(self.lease);
                     match tokio::time::timeout(REVOKE_TIMEOUT, revoke).await {
                         Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
@@ -688,6 +760,23 @@ mod tests {
     use super::*;
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
+
+    #[test]
+    fn lease_deadline_extends_from_each_renewal() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut d = LeaseDeadline::new(t0, 4 * s);
+        assert_eq!(d.expires, t0 + 4 * s);
+        d.renewed(t0 + s, 4);
+        assert_eq!(d.expires, t0 + 5 * s);
+        // A TTL of zero (expired) never extends, and the deadline never moves back.
+        d.renewed(t0 + 3 * s, 0);
+        assert_eq!(d.expires, t0 + 5 * s);
+        d.renewed(t0 + 2 * s, 1);
+        assert_eq!(d.expires, t0 + 5 * s);
+        d.renewed(t0 + 3 * s, 4);
+        assert_eq!(d.expires, t0 + 7 * s);
+    }
 
     #[test]
     fn etcd_tls_options() {
