@@ -36,7 +36,7 @@ use etcd_client::{
 };
 use protocol::BrokerSpec;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -52,8 +52,9 @@ const GRPC_KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 const MAX_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long revoking the lease at exit may take.
 const REVOKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
-/// How often the lease watchdog looks at the lease's deadline.
-const LEASE_WATCHDOG_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long reopening a broken lease keep-alive stream may take, and the wait before the
+/// next try (etcd's Go client waits the same).
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The latest instant our lease can still be alive, as this process sees it: etcd's own
 /// Go client (and so Gazette's session) keeps the same deadline, extending it to the
@@ -61,7 +62,7 @@ const LEASE_WATCHDOG_TICK: std::time::Duration = std::time::Duration::from_milli
 /// Past the deadline etcd may have expired the lease and handed this broker's
 /// assignments to others, so the broker exits, as Gazette's does, even while etcd is
 /// unreachable (a blackholed link answers nothing, not even that the lease expired).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct LeaseDeadline {
     expires: Instant,
 }
@@ -89,17 +90,60 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Exits the process once `deadline` passes without a renewal (see [`LeaseDeadline`]).
-async fn lease_watchdog(deadline: Arc<Mutex<Instant>>, lease: i64, ttl: Duration) {
+/// Keeps the lease alive, in a task of its own so that nothing else the control loop
+/// waits on (a watch being re-established, a transaction) delays a renewal: renews every
+/// third of the TTL, reopens a broken keep-alive stream every [`LEASE_RETRY`] (etcd
+/// restarting refuses connections for a while), and exits the process, as Gazette's
+/// broker does ("unable to keep member lease alive"), once the lease's deadline passes
+/// unrenewed or etcd answers that the lease expired.
+async fn keep_lease(mut client: Client, lease: i64, ttl: Duration, mut deadline: LeaseDeadline) {
+    let mut tick = tokio::time::interval(keep_alive_interval(ttl));
+    let mut open: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
     loop {
-        tokio::time::sleep(LEASE_WATCHDOG_TICK).await;
-        let expires = *deadline.lock().unwrap_or_else(|e| e.into_inner());
-        if Instant::now() >= expires {
+        if Instant::now() >= deadline.expires {
             fatal(&format!(
-                "etcd lease {lease:x} lapsed: etcd acknowledged no keep-alive within the lease's \
-                 {ttl:?} TTL (is etcd reachable?); its member key and assignments may already \
-                 be gone, so this broker stops"
+                "unable to keep member lease alive: etcd answered no keep-alive of lease \
+                 {lease:x} within its {ttl:?} TTL (is etcd reachable?); its member key and \
+                 assignments may already be gone, so this broker stops"
             ));
+        }
+        let expires = tokio::time::Instant::from_std(deadline.expires);
+        let Some((keeper, stream)) = open.as_mut() else {
+            let reopen = tokio::time::timeout(LEASE_RETRY, client.lease_keep_alive(lease));
+            match tokio::time::timeout_at(expires, reopen).await {
+                Ok(Ok(Ok(mut pair))) => match pair.0.keep_alive().await {
+                    Ok(()) => open = Some(pair),
+                    Err(e) => tracing::warn!(%e, "etcd lease keep-alive failed"),
+                },
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(%e, "reopening the etcd lease keep-alive (retrying)");
+                    let _ = tokio::time::timeout_at(expires, tokio::time::sleep(LEASE_RETRY)).await;
+                }
+                Ok(Err(_)) => {
+                    tracing::warn!("reopening the etcd lease keep-alive timed out (retrying)")
+                }
+                Err(_) => {} // The deadline: checked above.
+            }
+            continue;
+        };
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = keeper.keep_alive().await {
+                    tracing::warn!(%e, "etcd lease keep-alive failed; reopening");
+                    open = None;
+                }
+            }
+            msg = stream.message() => match msg {
+                Ok(Some(resp)) if resp.ttl() <= 0 => {
+                    fatal(&format!("unable to keep member lease alive: etcd lease {lease:x} expired"));
+                }
+                Ok(Some(resp)) => deadline.renewed(Instant::now(), resp.ttl()),
+                Ok(None) | Err(_) => {
+                    tracing::warn!("etcd lease keep-alive stream ended; reopening");
+                    open = None;
+                }
+            },
+            _ = tokio::time::sleep_until(expires) => {}
         }
     }
 }
@@ -533,17 +577,12 @@ impl Etcd {
         let mut attempt = 0u32;
         // The watch's revision was compacted: load the keyspace again before re-watching.
         let mut reload = false;
-        let (mut keeper, mut keep_alive) = match self.client.lease_keep_alive(self.lease).await {
-            Ok(pair) => pair,
-            Err(e) => fatal(&format!("etcd lease keep-alive: {e}")),
-        };
-        let mut tick = tokio::time::interval(keep_alive_interval(self.lease_ttl));
-        let deadline = Arc::new(Mutex::new(self.lease_deadline.expires));
         // Aborted when the lease is revoked or this loop ends (dropping the guard).
-        let watchdog = AbortOnDrop(tokio::spawn(lease_watchdog(
-            deadline.clone(),
+        let keeper = AbortOnDrop(tokio::spawn(keep_lease(
+            self.client.clone(),
             self.lease,
             self.lease_ttl,
+            self.lease_deadline,
         )));
         let mut stage = crate::shutdown::subscribe();
         let mut revoked = false;
@@ -637,28 +676,6 @@ impl Etcd {
                     publish_at = None;
                     self.publish(&watch_tx, exiting, &mut pending);
                 }
-                _ = tick.tick(), if !revoked => {
-                    if let Err(e) = keeper.keep_alive().await {
-                        tracing::warn!(%e, "etcd lease keep-alive failed");
-                    }
-                }
-                ka = keep_alive.message(), if !revoked => match ka {
-                    Ok(Some(resp)) if resp.ttl() <= 0 => {
-                        fatal(&format!("etcd lease {:x} expired", self.lease));
-                    }
-                    Ok(Some(resp)) => {
-                        self.lease_deadline.renewed(Instant::now(), resp.ttl());
-                        *deadline.lock().unwrap_or_else(|e| e.into_inner()) =
-                            self.lease_deadline.expires;
-                    }
-                    Ok(None) | Err(_) => {
-                        tracing::warn!("etcd lease keep-alive stream ended; reopening");
-                        match self.client.lease_keep_alive(self.lease).await {
-                            Ok(pair) => (keeper, keep_alive) = pair,
-                            Err(e) => tracing::warn!(%e, "reopening the etcd lease keep-alive"),
-                        }
-                    }
-                },
                 _ = crate::shutdown::reached(&mut exit_stage, crate::shutdown::Stage::Exiting), if !exiting => {
                     exiting = true;
                     match self.announce_exiting().await {
@@ -672,7 +689,7 @@ impl Etcd {
                 _ = crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing), if !revoked => {
                     // Revoking deletes our member key (and any assignment under our lease).
                     revoked = true;
-                    watchdog.0.abort();
+                    keeper.0.abort();
                     let revoke = self.client.lease_revoke(self.lease);
                     match tokio::time::timeout(REVOKE_TIMEOUT, revoke).await {
                         Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
