@@ -46,8 +46,9 @@ fn go_params(spec: &LoadSpec, load: &str) -> String {
          their AsyncAppend is done inside the window; appends/s counts distinct AsyncAppends \
          (one Append RPC each) done in it. Latency per record from the Go program's \
          log-linear histogram (< 1% bucket error). {} s warm-up, {} s window. Journals \
-         created first by a short loadgen `--create` run (replication 1, codec NONE, no \
-         stores). Client CPU is not reported.",
+         created first by `loadgen --create --create-only` (Apply, then List until each has a \
+         primary; replication 1, codec NONE, no stores): the Go client makes the first call \
+         to each journal. Client CPU is not reported.",
         spec.journals,
         match spec.client {
             Client::GoRecord {

@@ -404,7 +404,7 @@ pub fn from_loadgen_json(v: &Value) -> Measurement {
 }
 
 /// Runs Gazette's Go AppendService client (`bench/go/appendsvc`) against `broker` on
-/// journals that `loadgen --create` made beforehand.
+/// journals that `loadgen --create --create-only` makes first.
 pub fn appendsvc(
     bins: &Bins,
     broker: &mut dyn Target,
@@ -412,28 +412,36 @@ pub fn appendsvc(
     prefix: &str,
     json: &Path,
 ) -> Measurement {
-    // Create the journals (and check they take appends) with a 1-record loadgen run.
-    let create = LoadSpec {
-        warmup_s: 0.0,
-        duration_s: 0.2,
-        rate: Some(100.0),
-        records_per_append: 1,
-        in_flight: 1,
-        linger: None,
-        ..spec.clone()
-    };
-    let setup_json = json.with_extension("setup.json");
-    let setup = loadgen(
-        bins,
-        broker,
-        &create,
-        prefix,
-        "appendsvc-setup",
-        &setup_json,
-    );
-    let _ = std::fs::remove_file(&setup_json);
-    if let Some(e) = setup.failed {
-        return Measurement::failure(setup.command, format!("creating journals: {e}"));
+    // Create the journals with loadgen's `--create-only` (Apply, then List until each has
+    // a primary): no append or read, so the Go client's connection is the first to call
+    // each journal, as when journals are applied with gazctl before their writers start.
+    let mut setup = procs::command(&bins.loadgen.to_string_lossy());
+    setup
+        .args([
+            "--broker.address",
+            &broker.address(),
+            "--create",
+            "--create-only",
+        ])
+        .args(["--journals", &spec.journals.to_string(), "--prefix", prefix])
+        .args(["--replication", &spec.replication.to_string()])
+        .args(["--ready-timeout", "60s", "-q"]);
+    let setup_command = procs::describe(&setup);
+    match setup.output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            return Measurement::failure(
+                setup_command,
+                format!(
+                    "creating journals: {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            );
+        }
+        Err(e) => {
+            return Measurement::failure(setup_command, format!("starting loadgen: {e}"));
+        }
     }
 
     let mut cmd = procs::command(&bins.appendsvc.to_string_lossy());

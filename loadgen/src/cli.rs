@@ -53,6 +53,13 @@ pub struct Args {
     #[arg(long)]
     pub create: bool,
 
+    /// Only create the journals (Apply), wait until List shows each with a primary, and
+    /// exit: no append and no read, so the journals' first calls come from another
+    /// client (on Courant, a journal lives on the core of the connection that first
+    /// calls it).
+    #[arg(long = "create-only", requires = "create")]
+    pub create_only: bool,
+
     /// Replication of created journals (1..5).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=5))]
     pub replication: i32,
@@ -230,6 +237,16 @@ impl Args {
             }
         }
         Ok(())
+    }
+
+    /// The spec of journals `--create` makes.
+    pub fn template(&self) -> crate::client::JournalTemplate {
+        crate::client::JournalTemplate {
+            replication: self.replication,
+            codec: self.codec,
+            fragment_length: self.fragment_length,
+            stores: self.fragment_stores.clone(),
+        }
     }
 
     /// Journal names from the prefix: `<prefix>0000`, `<prefix>0001`, ...
@@ -415,6 +432,15 @@ mod tests {
         let mut argv = vec!["courant-loadgen"];
         argv.extend_from_slice(extra);
         Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn create_only_needs_create() {
+        let err = Args::try_parse_from(["courant-loadgen", "--create-only"]).unwrap_err();
+        assert!(err.to_string().contains("--create"), "{err}");
+        let a = args(&["--create", "--create-only", "--journals", "3"]);
+        assert!(a.create_only);
+        assert_eq!(a.journal_names(3).len(), 3);
     }
 
     #[test]

@@ -217,8 +217,11 @@ pub fn parse_selector(s: &str) -> Result<LabelSelector, String> {
     })
 }
 
-/// Names of the journals matching `selector`, in name order.
-pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<String>, String> {
+/// Every journal List shows for `selector`, over all its responses.
+async fn list(
+    channel: &Channel,
+    selector: &str,
+) -> Result<Vec<protocol::list_response::Journal>, String> {
     let req = ListRequest {
         selector: Some(parse_selector(selector)?),
         watch: false,
@@ -228,7 +231,7 @@ pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<Stri
         .server_streaming(LIST, &req)
         .await
         .map_err(|e| format!("List: {e}"))?;
-    let mut names = Vec::new();
+    let mut out = Vec::new();
     let mut first = true;
     while let Some(resp) = call
         .next::<ListResponse>()
@@ -239,15 +242,40 @@ pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<Stri
             return Err(format!("List: status {}", status_name(resp.status)));
         }
         first = false;
-        names.extend(
-            resp.journals
-                .into_iter()
-                .filter_map(|j| j.spec.map(|s| s.name)),
-        );
+        out.extend(resp.journals);
     }
+    Ok(out)
+}
+
+/// Names of the journals matching `selector`, in name order.
+pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = list(channel, selector)
+        .await?
+        .into_iter()
+        .filter_map(|j| j.spec.map(|s| s.name))
+        .collect();
     names.sort();
     names.dedup();
     Ok(names)
+}
+
+/// Those of `journals` that List does not show with a primary (absent, or not yet
+/// assigned), in `journals`' order.
+pub async fn without_primary(
+    channel: &Channel,
+    journals: &[String],
+) -> Result<Vec<String>, String> {
+    let led: std::collections::HashSet<String> = list(channel, "")
+        .await?
+        .into_iter()
+        .filter(|j| j.route.as_ref().is_some_and(|r| r.primary >= 0))
+        .filter_map(|j| j.spec.map(|s| s.name))
+        .collect();
+    Ok(journals
+        .iter()
+        .filter(|j| !led.contains(*j))
+        .cloned()
+        .collect())
 }
 
 /// Retries a zero-byte Append until the journal accepts appends (it has a primary and a

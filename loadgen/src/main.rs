@@ -81,6 +81,27 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.create_only {
+        let outcome = rt.block_on(async {
+            let limit = setup_limit(&args);
+            tokio::time::timeout(limit, create_only(&args))
+                .await
+                .map_err(|_| format!("creating the journals did not finish within {limit:?}"))?
+        });
+        rt.shutdown_timeout(Duration::from_millis(500));
+        return match outcome {
+            Ok(n) => {
+                if !args.quiet {
+                    eprintln!("courant-loadgen: {n} journals created, each with a primary");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(msg) => {
+                eprintln!("courant-loadgen: {msg}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let outcome = rt.block_on(run(args.clone()));
     // Appends or reads still outstanding at the deadline are simply dropped.
     rt.shutdown_timeout(Duration::from_millis(500));
@@ -156,6 +177,30 @@ async fn run(args: Args) -> Result<Report, String> {
     Ok(measure(&args, setup).await)
 }
 
+/// `--create-only`: Apply the journals, then List until each has a primary (or the
+/// ready timeout passes). Returns how many journals were created.
+async fn create_only(args: &Args) -> Result<usize, String> {
+    let endpoint = client::Endpoint::parse(&args.broker_address[0])?;
+    let control = client::connect(&endpoint).await?;
+    let journals = args.journal_names(args.journals.unwrap_or(1));
+    client::create_journals(&control, &journals, &args.template()).await?;
+    let deadline = Instant::now() + args.ready_timeout;
+    loop {
+        let missing = client::without_primary(&control, &journals).await?;
+        match missing.first() {
+            None => return Ok(journals.len()),
+            Some(j) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "{} of {} journals (e.g. {j}) have no primary after --ready-timeout",
+                    missing.len(),
+                    journals.len()
+                ));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 async fn connect_all(endpoints: &[client::Endpoint], count: usize) -> Result<Vec<Channel>, String> {
     let mut channels = Vec::with_capacity(count);
     for i in 0..count {
@@ -202,13 +247,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
         None => args.journal_names(args.journals.unwrap_or(1)),
     };
     if args.create {
-        let template = client::JournalTemplate {
-            replication: args.replication,
-            codec: args.codec,
-            fragment_length: args.fragment_length,
-            stores: args.fragment_stores.clone(),
-        };
-        client::create_journals(control, &journals, &template).await?;
+        client::create_journals(control, &journals, &args.template()).await?;
     }
 
     if !args.quiet {

@@ -496,7 +496,8 @@ async fn etcd_blackholed_past_the_lease_exits() {
     proxy.thaw();
     let stderr = broker.stderr();
     assert!(
-        stderr.contains("unable to keep member lease alive") && stderr.contains("is etcd reachable?"),
+        stderr.contains("unable to keep member lease alive")
+            && stderr.contains("is etcd reachable?"),
         "the broker says why it stopped:\n{stderr}"
     );
     assert!(

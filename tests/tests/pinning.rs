@@ -2,6 +2,8 @@
 //! append to and read journals owned by the other core. Responses carry
 //! `x-courant-core` (the core that accepted the connection) and
 //! `x-courant-owner-core` (the core owning the journal, on journal-scoped RPCs).
+//! A journal is placed on the core of the connection that first calls it
+//! (`broker/src/journal/owners.rs`).
 
 use bytes::Bytes;
 use courant_tests::protocol::grpc::Channel;
@@ -63,12 +65,16 @@ async fn cross_core_append_and_read() {
         let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
         create_journals(&ch, &refs).await;
 
-        // Which core owns which journal? Ownership must be stable across calls and
+        // Which core owns which journal? Each is first called over a connection of core
+        // `i % 2`, which places it there; ownership must be stable across calls and
         // connections.
+        let conns = conns_by_core(&b).await;
         let mut owners: HashMap<u32, String> = HashMap::new();
-        for n in &names {
-            let (o, _) = owner_core(&ch, n).await;
-            assert!(o < 2, "{n}: owner core {o} out of range for --tpc.cores 2");
+        for (i, n) in names.iter().enumerate() {
+            let (o, _) = owner_core(&conns[&(i as u32 % 2)], n).await;
+            assert_eq!(o, i as u32 % 2, "{n}: placed on its first caller's core");
+            let (again, _) = owner_core(&ch, n).await;
+            assert_eq!(o, again, "{n}: owner core is stable");
             let (again, _) = owner_core(&b.connect().await, n).await;
             assert_eq!(o, again, "{n}: owner core is stable");
             owners.entry(o).or_insert_with(|| n.clone());
@@ -81,9 +87,6 @@ async fn cross_core_append_and_read() {
             .get(&1)
             .cloned()
             .expect("some journal owned by core 1 (of 32)");
-
-        // Find connections accepted by each core.
-        let conns = conns_by_core(&b).await;
 
         // Append + Read each journal on the connection of the OTHER core.
         for (conn_core, journal, owner) in [(1u32, &j0, 0u32), (0u32, &j1, 1u32)] {
@@ -290,6 +293,73 @@ async fn keyspace_and_commits_propagate_across_cores() {
                 1,
                 "watch on core {watch_core} sees Apply via core {apply_core}"
             );
+        }
+    })
+    .await
+}
+
+/// A journal lives on the core of the connection that first calls it, so a writer's
+/// appends cross no core; a placement holds for every later call, on any connection; a
+/// name outside the keyspace is answered (JOURNAL_NOT_FOUND).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journals_live_near_their_first_writer() {
+    within(60, async {
+        let b = Broker::start(&["--tpc.cores", "2"]).await;
+        let conns = conns_by_core(&b).await;
+        let names: Vec<String> = (0..8).map(|i| format!("near/j{i}")).collect();
+        let mut all: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        all.extend(["near/on-core-0", "near/on-core-1"]);
+        create_journals(&conns[&0], &all).await;
+
+        // A name no journal has yet: answered by its hash core, not placed.
+        let missing = append_full(
+            &conns[&1],
+            AppendRequest {
+                journal: "near/missing".into(),
+                ..Default::default()
+            },
+            &[Bytes::from_static(b"x")],
+            true,
+        )
+        .await;
+        let resp = missing.result.expect("Append to a missing journal answers");
+        assert_status(resp.status, Status::JournalNotFound, "near/missing");
+
+        // One writer per core, each on a journal of its own: both local.
+        for core in [0u32, 1] {
+            let journal = format!("near/on-core-{core}");
+            let out = append_full(
+                &conns[&core],
+                AppendRequest {
+                    journal: journal.clone(),
+                    ..Default::default()
+                },
+                &[Bytes::from_static(b"hi\n")],
+                true,
+            )
+            .await;
+            let resp = out.result.unwrap_or_else(|e| panic!("{journal}: {e}"));
+            assert_status(resp.status, Status::Ok, &journal);
+            assert_eq!(
+                header_value(out.headers.as_ref(), "x-courant-owner-core"),
+                Some(core.to_string()),
+                "{journal}: the first writer's core owns it"
+            );
+        }
+
+        // Journals first called over core 1's connection all live on core 1.
+        let mut placed = Vec::new();
+        for n in &names {
+            let (o, via) = owner_core(&conns[&1], n).await;
+            assert_eq!(via, Some("1".to_string()));
+            placed.push(o);
+        }
+        assert_eq!(placed, [1; 8], "placements of {names:?}");
+
+        // Placements hold over the other core's connection and over new ones.
+        for (n, &o) in names.iter().zip(&placed) {
+            assert_eq!(owner_core(&conns[&0], n).await.0, o, "{n} via core 0");
+            assert_eq!(owner_core(&b.connect().await, n).await.0, o, "{n} again");
         }
     })
     .await

@@ -106,6 +106,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         .map(|_| flume::bounded::<CoreMsg>(INBOX_DEPTH))
         .unzip();
     let endpoint = cfg.endpoint();
+    let owners = crate::journal::owners::Owners::new(cores);
 
     if let Some(port) = cfg.debug_port {
         std::net::TcpListener::bind((cfg.bind.as_str(), port))
@@ -124,6 +125,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         let tls = tls.clone();
         let stores = stores.clone();
         let default_store = default_store.clone();
+        let owners = owners.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(index % cpus))
             .name(&format!("courant-core-{index}"))
             .io_memory(cfg.io_memory)
@@ -143,6 +145,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     stores: crate::control::stores::persist::CoreStores::new(stores, default_store),
                     peer_channels: Default::default(),
                     syncs,
+                    owners: crate::journal::owners::CoreOwners::new(owners),
                 });
                 crate::metrics::register_core(index);
                 glommio::spawn_local(crate::metrics::sample_executor()).detach();

@@ -1,4 +1,5 @@
-//! A Core: one glommio executor pinned to one CPU, owning the journals that hash to it.
+//! A Core: one glommio executor pinned to one CPU, owning the journals placed on it
+//! ([`crate::journal::owners`]: those first called over its connections).
 //!
 //! Lives on: its own executor thread. `Core` is `!Send` (it holds `Rc`s and `RefCell`s).
 //! Other cores reach it only through [`CoreMsg`]s on its bounded inbox.
@@ -87,6 +88,8 @@ pub struct Core {
     pub peer_channels: crate::journal::routing::peer::PeerChannels,
     /// `--tpc.durable`: this core's batcher of spool syncs (group commit); None when off.
     pub syncs: Option<Rc<storage::spool::SyncBatcher>>,
+    /// Which core owns which journal (this core's cache of the broker's placements).
+    pub owners: crate::journal::owners::CoreOwners,
 }
 
 /// This core's sync batcher when `cfg` asks for durable appends, counting its syncs in
@@ -96,16 +99,32 @@ pub fn sync_batcher(cfg: &ServeConfig) -> Option<Rc<storage::spool::SyncBatcher>
         .then(|| storage::spool::SyncBatcher::new(Some(Box::new(crate::metrics::spool_syncs))))
 }
 
-/// The core that owns `journal`: a stable hash, identical on every core and every restart.
-pub fn owner_core(journal: &str, cores: usize) -> usize {
-    (crc32c::crc32c(journal.as_bytes()) as usize) % cores.max(1)
-}
-
 impl Core {
+    /// The core that serves calls for `journal`, placing the journal on this core if this
+    /// is its first call. Names outside the keyspace are not placed: their hash core
+    /// answers them.
+    pub fn owner_of(&self, journal: &str) -> usize {
+        if let Some(core) = self.owners.get(journal) {
+            return core;
+        }
+        if self.keyspace.current().journals.contains_key(journal) {
+            self.owners.place(journal, self.index)
+        } else {
+            crate::journal::owners::hash_core(journal, self.cores)
+        }
+    }
+
     /// The replica of `journal` (which must be owned by this core), recovering its spool
     /// on first use. Concurrent first uses share one open.
     pub async fn replica(self: &Rc<Self>, journal: &str) -> Result<Rc<Replica>, RpcError> {
-        debug_assert_eq!(owner_core(journal, self.cores), self.index);
+        // A call for a name outside the keyspace was routed by hash; if the journal was
+        // created meanwhile, its replica opens only on the core it is placed on (so two
+        // cores never open one spool), claiming it here if no call placed it yet.
+        if self.owners.place(journal, self.index) != self.index {
+            return Err(RpcError::unavailable(
+                "the journal was created during this call and placed on another core; retry",
+            ));
+        }
         let cell = self
             .replicas
             .borrow_mut()
@@ -215,7 +234,7 @@ impl Core {
         first: FirstRequest,
         timeout: Option<Duration>,
     ) -> Option<call::ChannelClient> {
-        let owner = owner_core(first.journal(), self.cores);
+        let owner = self.owner_of(first.journal());
         let (input, output, client) = call::channel_call();
         let msg = CoreMsg::Call {
             first,
@@ -356,7 +375,7 @@ impl Core {
             .await;
             return;
         }
-        let owner = owner_core(first.journal(), self.cores);
+        let owner = self.owner_of(first.journal());
         call.outbound
             .insert_header("x-courant-owner-core", HeaderValue::from(owner));
         let timeout = call.timeout;

@@ -11,6 +11,7 @@ pub mod call;
 pub mod core;
 pub mod flow;
 pub mod list;
+pub mod owners;
 pub mod pipeline;
 pub mod pulse;
 pub mod read;

@@ -13,7 +13,8 @@
 
 use crate::control::keyspace::Snapshot;
 use crate::journal::call::{self, CallIn};
-use crate::journal::core::{Core, owner_core};
+use crate::journal::core::Core;
+use crate::journal::owners::hash_core;
 use protocol::append_request::Suspend;
 use protocol::{AppendRequest, AppendResponse, Route, Status};
 use std::cell::RefCell;
@@ -98,10 +99,19 @@ pub async fn run(core: Rc<Core>) {
 fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
     let mut out = Vec::new();
     for (journal, assignments) in &snap.assignments {
-        if owner_core(journal, core.cores) != core.index || state.running.contains(journal) {
+        if state.running.contains(journal) || !snap.journals.contains_key(journal) {
             continue;
         }
-        if !snap.journals.contains_key(journal) {
+        // A journal no call has placed yet is pulsed, and so placed, by its hash core.
+        let owner = core.owners.get(journal).unwrap_or_else(|| {
+            let hash = hash_core(journal, core.cores);
+            if hash == core.index {
+                core.owners.place(journal, hash)
+            } else {
+                hash
+            }
+        });
+        if owner != core.index {
             continue;
         }
         let route = snap.assigned_route(journal);

@@ -516,6 +516,7 @@ impl Sim {
             stores: crate::control::stores::persist::CoreStores::new(store_handle, STORE.into()),
             peer_channels: Default::default(),
             syncs,
+            owners: crate::journal::owners::CoreOwners::new(crate::journal::owners::Owners::new(1)),
         });
         core.peer_channels.sim.replace(Some(Rc::new(Port {
             net: self.net.clone(),
