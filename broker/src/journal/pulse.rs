@@ -102,7 +102,16 @@ fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
         if state.running.contains(journal) || !snap.journals.contains_key(journal) {
             continue;
         }
-        // A journal no call has placed yet is pulsed, and so placed, by its hash core.
+        let route = snap.assigned_route(journal);
+        let primary = usize::try_from(route.primary)
+            .ok()
+            .and_then(|i| route.members.get(i));
+        if primary != Some(&core.process_id) {
+            continue;
+        }
+        // A journal no call has placed yet is pulsed, and so placed, by its hash core
+        // (only where this broker is primary: a replica's journal is placed by the first
+        // Replicate stream, on the core of the primary's connection).
         let owner = core.owners.get(journal).unwrap_or_else(|| {
             let hash = hash_core(journal, core.cores);
             if hash == core.index {
@@ -112,13 +121,6 @@ fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
             }
         });
         if owner != core.index {
-            continue;
-        }
-        let route = snap.assigned_route(journal);
-        let primary = usize::try_from(route.primary)
-            .ok()
-            .and_then(|i| route.members.get(i));
-        if primary != Some(&core.process_id) {
             continue;
         }
         let consistent = assignments
