@@ -558,11 +558,13 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         .out
         .clone()
         .unwrap_or_else(|| root.join("bench/results"));
-    let base = if args.quick {
-        format!("{date}-{commit}")
-    } else {
-        format!("{date}-{commit}-full")
-    };
+    // A run of some scenarios (`--only`) is named apart, so that it never overwrites the
+    // results of a whole run of the same commit.
+    let base = format!(
+        "{date}-{commit}{}{}",
+        if args.quick { "" } else { "-full" },
+        if args.only.is_empty() { "" } else { "-partial" }
+    );
     let json_dir = out_dir.join(&base);
     std::fs::create_dir_all(&json_dir).map_err(|e| format!("{}: {e}", json_dir.display()))?;
     let scratch_root = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
