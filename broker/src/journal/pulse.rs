@@ -109,17 +109,14 @@ fn due(core: &Core, snap: &Snapshot, state: &State) -> Vec<String> {
         if primary != Some(&core.process_id) {
             continue;
         }
-        // A journal no call has placed yet is pulsed, and so placed, by its hash core
-        // (only where this broker is primary: a replica's journal is placed by the first
-        // Replicate stream, on the core of the primary's connection).
-        let owner = core.owners.get(journal).unwrap_or_else(|| {
-            let hash = hash_core(journal, core.cores);
-            if hash == core.index {
-                core.owners.place(journal, hash)
-            } else {
-                hash
-            }
-        });
+        // A journal no call has placed yet is pulsed by its hash core, whose pulse then
+        // places it there (`Core::replica` claims the journal for the core opening it).
+        // Only where this broker is primary: a replica's journal is placed by the first
+        // Replicate stream, on the core of the primary's connection.
+        let owner = core
+            .owners
+            .get(journal)
+            .unwrap_or_else(|| hash_core(journal, core.cores));
         if owner != core.index {
             continue;
         }
