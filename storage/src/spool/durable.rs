@@ -20,8 +20,10 @@
 //!
 //! A [`SyncBatcher`] (one per core) collects the gates that need a sync and runs their syncs
 //! together: one task takes every queued gate, issues all their `fdatasync`s at once
-//! (concurrently through io_uring), then wakes every waiter of every gate. Gates queued
-//! while a batch is in flight form the next batch.
+//! (concurrently through io_uring), then wakes every waiter of every gate. Batches overlap:
+//! gates queued while one is in flight form the next batch at once, without waiting for it
+//! (a gate is in one batch at a time; its waiters that the sync in flight does not cover
+//! queue it again when it ends).
 //!
 //! A failed sync is never retried (after a failed `fdatasync` the page cache may have
 //! dropped the dirty pages: a retry could report success for data that is gone). The gate
@@ -52,7 +54,8 @@ pub type BatchObserver = Box<dyn Fn(usize)>;
 /// Lives on: one core (`!Send`), shared by the gates of that core's spools.
 pub struct SyncBatcher {
     queue: RefCell<Vec<Rc<Gate>>>,
-    running: Cell<bool>,
+    /// A batch task is spawned and has not yet taken the queue.
+    scheduled: Cell<bool>,
     observer: Option<BatchObserver>,
     syncs: Cell<u64>,
     batches: Cell<u64>,
@@ -63,7 +66,7 @@ impl SyncBatcher {
     pub fn new(observer: Option<BatchObserver>) -> Rc<SyncBatcher> {
         Rc::new(SyncBatcher {
             queue: RefCell::new(Vec::new()),
-            running: Cell::new(false),
+            scheduled: Cell::new(false),
             observer,
             syncs: Cell::new(0),
             batches: Cell::new(0),
@@ -82,41 +85,45 @@ impl SyncBatcher {
 
     fn enqueue(self: &Rc<Self>, gate: Rc<Gate>) {
         self.queue.borrow_mut().push(gate);
-        if !self.running.replace(true) {
-            glommio::spawn_local(self.clone().drive()).detach();
+        if !self.scheduled.replace(true) {
+            glommio::spawn_local(self.clone().run_batch()).detach();
         }
     }
 
-    /// Runs batches until none is queued.
-    async fn drive(self: Rc<Self>) {
-        loop {
-            // Let the tasks already runnable (appends committing in this tick) queue their
-            // gates first: they join this batch.
-            glommio::executor().yield_now().await;
-            let queued = std::mem::take(&mut *self.queue.borrow_mut());
-            if queued.is_empty() {
-                self.running.set(false);
-                return;
+    /// Runs one batch: every gate queued by the end of the current tick. Batches are not
+    /// serialised: a gate queued while another gate's sync is in flight starts its own at
+    /// the next tick instead of waiting for that batch to end (which cost its waiters up to
+    /// two batches' time); one gate is never in two batches ([`SyncGate::request`] waits
+    /// for its sync in flight to end first).
+    async fn run_batch(self: Rc<Self>) {
+        // Let the tasks already runnable (appends committing in this tick) queue their
+        // gates first: they join this batch.
+        glommio::executor().yield_now().await;
+        let queued = std::mem::take(&mut *self.queue.borrow_mut());
+        self.scheduled.set(false);
+        if queued.is_empty() {
+            return;
+        }
+        let _op = super::in_flight::op();
+        let mut batch = Vec::with_capacity(queued.len());
+        for gate in queued {
+            gate.queued.set(false);
+            if let Some(job) = gate.start() {
+                batch.push((gate, job));
             }
-            let _op = super::in_flight::op();
-            let mut batch = Vec::with_capacity(queued.len());
-            for gate in queued {
-                gate.queued.set(false);
-                if let Some(job) = gate.start() {
-                    batch.push((gate, job));
-                }
-            }
-            let results =
-                futures_util::future::join_all(batch.iter().map(|(_, job)| job.run())).await;
-            let synced = batch.len();
-            for ((gate, job), result) in batch.into_iter().zip(results) {
-                gate.finish(job.generation, result);
-            }
-            self.syncs.set(self.syncs.get() + synced as u64);
-            self.batches.set(self.batches.get() + 1);
-            if let Some(observer) = &self.observer {
-                observer(synced);
-            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let results = futures_util::future::join_all(batch.iter().map(|(_, job)| job.run())).await;
+        let synced = batch.len();
+        for ((gate, job), result) in batch.into_iter().zip(results) {
+            gate.finish(job.generation, result);
+        }
+        self.syncs.set(self.syncs.get() + synced as u64);
+        self.batches.set(self.batches.get() + 1);
+        if let Some(observer) = &self.observer {
+            observer(synced);
         }
     }
 }
@@ -210,6 +217,9 @@ struct Gate {
     /// Test builds: the next sync fails as a failing disk would.
     #[cfg(test)]
     fail_next: Cell<bool>,
+    /// Test builds: the next sync waits until this is set before it flushes.
+    #[cfg(test)]
+    hold_next: RefCell<Option<Rc<Cell<bool>>>>,
 }
 
 /// One sync: a generation and the files whose flush covers it.
@@ -219,6 +229,8 @@ struct Job {
     dirs: Vec<PathBuf>,
     #[cfg(test)]
     fail: bool,
+    #[cfg(test)]
+    hold: Option<Rc<Cell<bool>>>,
 }
 
 type OpFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StorageError>> + 'a>>;
@@ -226,6 +238,12 @@ type OpFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StorageError>> + 'a>>
 impl Job {
     /// Flushes every file and directory of the job concurrently.
     async fn run(&self) -> Result<(), StorageError> {
+        #[cfg(test)]
+        if let Some(release) = &self.hold {
+            while !release.get() {
+                glommio::timer::sleep(std::time::Duration::from_micros(100)).await;
+            }
+        }
         #[cfg(test)]
         if self.fail {
             return Err(StorageError::io(
@@ -273,6 +291,10 @@ fn libc_eio() -> i32 {
 impl Gate {
     /// Takes what the next sync must flush, or None when everything is synced.
     fn start(&self) -> Option<Job> {
+        if self.in_flight.get().is_some() {
+            // Its waiters ask again when the sync in flight ends.
+            return None;
+        }
         if self.failed.borrow().is_some() {
             self.wake_all();
             return None;
@@ -292,6 +314,8 @@ impl Gate {
             dirs,
             #[cfg(test)]
             fail: self.fail_next.take(),
+            #[cfg(test)]
+            hold: self.hold_next.borrow_mut().take(),
         })
     }
 
@@ -336,6 +360,8 @@ impl SyncGate {
             waiters: RefCell::new(Vec::new()),
             #[cfg(test)]
             fail_next: Cell::new(false),
+            #[cfg(test)]
+            hold_next: RefCell::new(None),
         }))
     }
 
@@ -413,10 +439,23 @@ impl SyncGate {
         self.0.fail_next.set(true);
     }
 
+    /// Holds the next sync before it flushes until the returned flag is set (test builds).
+    #[cfg(test)]
+    pub(crate) fn hold_next(&self) -> Rc<Cell<bool>> {
+        let release = Rc::new(Cell::new(false));
+        *self.0.hold_next.borrow_mut() = Some(release.clone());
+        release
+    }
+
+    /// Queues the gate for a sync covering `generation`, unless one is in flight: its end
+    /// wakes every waiter, and a waiter it did not cover asks again then. One sync per gate
+    /// at a time keeps `synced` and the gate's file lists simple.
     fn request(&self, generation: u64) {
         let gate = &self.0;
-        let covered = gate.in_flight.get().is_some_and(|f| f >= generation);
-        if !covered && !gate.queued.replace(true) {
+        if gate.in_flight.get().is_some() || gate.synced.get() >= generation {
+            return;
+        }
+        if !gate.queued.replace(true) {
             gate.batcher.enqueue(self.0.clone());
         }
     }
@@ -580,6 +619,60 @@ mod tests {
             }
             assert_eq!((b.syncs(), b.batches()), (3, 1));
             assert_eq!(*sizes.borrow(), [3], "the observer hears of each batch");
+        });
+    }
+
+    #[test]
+    fn a_gate_queued_during_another_gates_sync_does_not_wait_for_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        run(|| async move {
+            let b = SyncBatcher::new(None);
+            let mut a = durable_spool(tmp.path(), "a/1", &b).await;
+            let mut c = durable_spool(tmp.path(), "a/2", &b).await;
+            let gate_a = a.gate.clone().unwrap();
+            let release_a = gate_a.hold_next();
+            let ta = append(&mut a, "one").await;
+            let first = glommio::spawn_local(ta.wait());
+            until_in_flight(&gate_a).await;
+            // Gate a's sync is held in flight; gate c's is queued after it started and
+            // completes without waiting for it (batches were serialised: it waited).
+            let tc = append(&mut c, "two").await;
+            let waited = futures_util::future::select(
+                Box::pin(async { Some(tc.wait().await) }),
+                Box::pin(async {
+                    glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+                    None
+                }),
+            )
+            .await
+            .factor_first()
+            .0;
+            waited
+                .expect("gate c's sync waited for gate a's batch")
+                .unwrap();
+            assert_eq!(gate_a.in_flight(), Some(1));
+            assert_eq!(gate_a.synced(), 0);
+            release_a.set(true);
+            first.await.unwrap();
+            assert_eq!((b.syncs(), b.batches()), (2, 2));
+            // A commit on a gate whose sync is in flight waits for it, then syncs again.
+            let release_a = gate_a.hold_next();
+            let t2 = append(&mut a, "three").await;
+            let second = glommio::spawn_local(t2.wait());
+            until_in_flight(&gate_a).await;
+            let t3 = append(&mut a, "four").await;
+            let third = glommio::spawn_local(t3.wait());
+            glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+            assert_eq!(
+                gate_a.in_flight(),
+                Some(2),
+                "a second sync of a gate started beside its first"
+            );
+            release_a.set(true);
+            second.await.unwrap();
+            third.await.unwrap();
+            assert_eq!(gate_a.synced(), 3);
+            assert_eq!(b.syncs(), 4);
         });
     }
 
