@@ -291,10 +291,11 @@ fn libc_eio() -> i32 {
 impl Gate {
     /// Takes what the next sync must flush, or None when everything is synced.
     fn start(&self) -> Option<Job> {
-        if self.in_flight.get().is_some() {
-            // Its waiters ask again when the sync in flight ends.
-            return None;
-        }
+        // Only [`SyncGate::request`] queues a gate, never while its sync is in flight.
+        debug_assert!(
+            self.in_flight.get().is_none(),
+            "one sync per gate at a time"
+        );
         if self.failed.borrow().is_some() {
             self.wake_all();
             return None;
@@ -447,15 +448,12 @@ impl SyncGate {
         release
     }
 
-    /// Queues the gate for a sync covering `generation`, unless one is in flight: its end
+    /// Queues the gate for its next sync, unless one is in flight: its end
     /// wakes every waiter, and a waiter it did not cover asks again then. One sync per gate
     /// at a time keeps `synced` and the gate's file lists simple.
-    fn request(&self, generation: u64) {
+    fn request(&self) {
         let gate = &self.0;
-        if gate.in_flight.get().is_some() || gate.synced.get() >= generation {
-            return;
-        }
-        if !gate.queued.replace(true) {
+        if gate.in_flight.get().is_none() && !gate.queued.replace(true) {
             gate.batcher.enqueue(self.0.clone());
         }
     }
@@ -493,7 +491,7 @@ impl SyncTicket {
             }
             // After a batch that did not cover this generation, ask again.
             if !requested || gate.in_flight.get().is_none() {
-                self.gate.request(self.generation);
+                self.gate.request();
                 requested = true;
             }
             Poll::Pending
