@@ -76,6 +76,9 @@ pub fn server_config(cfg: &ServeConfig) -> Result<Option<Arc<rustls::ServerConfi
 pub trait PeerStream: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
 impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> PeerStream for T {}
 
+/// Peer connections read through the stream (plain or TLS alike).
+impl crate::io::RawRead for Box<dyn PeerStream> {}
+
 static PEER_TLS: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
 
 /// Reads PEM certificates from `path`.

@@ -339,7 +339,8 @@ async fn serve_connection(
     tls: Option<futures_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
-        return serve_stream(core, stream).await;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        return serve_stream(core, stream, Some(fd)).await;
     };
     // A peer that never finishes its TLS handshake must not hold a connection forever.
     let accepted = future::or(async { Some(acceptor.accept(stream).await) }, async {
@@ -361,16 +362,18 @@ async fn serve_connection(
             let io = Rewind {
                 prefix: bytes::Bytes::new(),
                 inner: stream,
+                raw_fd: None,
             };
             serve_h2(core, io).await
         }
         Some(_) => crate::front::http::serve(core, Box::new(stream), BytesMut::new()).await,
-        None => serve_stream(core, stream).await,
+        None => serve_stream(core, stream, None).await,
     }
 }
 
-/// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x.
-async fn serve_stream<S>(core: Rc<Core>, mut stream: S)
+/// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x. `raw_fd`
+/// is the socket of a plain TCP stream, which h2's reads may then receive from directly.
+async fn serve_stream<S>(core: Rc<Core>, mut stream: S, raw_fd: Option<std::os::fd::RawFd>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
@@ -384,6 +387,7 @@ where
     let io = Rewind {
         prefix: prefix.freeze(),
         inner: stream,
+        raw_fd,
     };
     serve_h2(core, io).await
 }
@@ -502,6 +506,15 @@ where
 struct Rewind<S> {
     prefix: bytes::Bytes,
     inner: S,
+    /// The socket under `inner` when it is plain TCP (see [`crate::io::RawRead`]).
+    raw_fd: Option<std::os::fd::RawFd>,
+}
+
+impl<S> crate::io::RawRead for Rewind<S> {
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        // The replayed prefix comes first.
+        self.raw_fd.filter(|_| self.prefix.is_empty())
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
