@@ -55,6 +55,9 @@ pub struct CoreMetrics {
     /// `--tpc.durable`: spool syncs (one per journal per batch) and sync batches run.
     spool_syncs: AtomicU64,
     sync_batches: AtomicU64,
+    log_syncs: AtomicU64,
+    log_records: AtomicU64,
+    log_checkpoints: AtomicU64,
     journals: Mutex<HashMap<String, Arc<JournalMetrics>>>,
 }
 
@@ -94,6 +97,9 @@ pub fn register_core(core: usize) {
         cross_core: AtomicU64::new(0),
         spool_syncs: AtomicU64::new(0),
         sync_batches: AtomicU64::new(0),
+        log_syncs: AtomicU64::new(0),
+        log_records: AtomicU64::new(0),
+        log_checkpoints: AtomicU64::new(0),
         journals: Mutex::new(HashMap::new()),
     });
     REGISTRY
@@ -175,6 +181,20 @@ pub fn spool_syncs(spools: usize) {
     with_core(|c| {
         c.spool_syncs.fetch_add(spools as u64, Relaxed);
         c.sync_batches.fetch_add(1, Relaxed);
+    })
+}
+
+/// `--tpc.durable`: this core's commit log synced a batch of records or began a checkpoint.
+pub fn commit_log(event: storage::spool::wal::LogEvent) {
+    use storage::spool::wal::LogEvent;
+    with_core(|c| match event {
+        LogEvent::Synced { records } => {
+            c.log_syncs.fetch_add(1, Relaxed);
+            c.log_records.fetch_add(records as u64, Relaxed);
+        }
+        LogEvent::Checkpoint => {
+            c.log_checkpoints.fetch_add(1, Relaxed);
+        }
     })
 }
 
@@ -441,18 +461,35 @@ pub fn render() -> String {
     }
 
     type CoreGetter<'a> = &'a dyn Fn(&CoreMetrics) -> u64;
-    let durable: [(&str, &str, CoreGetter); 2] = [
+    let durable: [(&str, &str, CoreGetter); 5] = [
         (
             "courant_spool_syncs_total",
             "Spool syncs (fdatasync of a journal's spool files) run by each core's sync \
-             batcher in durable mode (--tpc.durable); fewer than appends when appends share \
-             syncs (group commit).",
+             batcher in durable mode (--tpc.durable): for commits that create files, commits \
+             too large for the commit log, and checkpoints of the commit log.",
             &|c| c.spool_syncs.load(Relaxed),
         ),
         (
             "courant_spool_sync_batches_total",
             "Batches of spool syncs each core ran together in durable mode (--tpc.durable).",
             &|c| c.sync_batches.load(Relaxed),
+        ),
+        (
+            "courant_commit_log_syncs_total",
+            "Syncs (fdatasync) of each core's commit log in durable mode (--tpc.durable); \
+             fewer than logged commits when commits share syncs (group commit).",
+            &|c| c.log_syncs.load(Relaxed),
+        ),
+        (
+            "courant_commit_log_records_total",
+            "Commits made durable through each core's commit log (--tpc.durable).",
+            &|c| c.log_records.load(Relaxed),
+        ),
+        (
+            "courant_commit_log_checkpoints_total",
+            "Checkpoints of each core's commit log (--tpc.durable): each syncs the spools of \
+             half the log before writing reuses it.",
+            &|c| c.log_checkpoints.load(Relaxed),
         ),
     ];
     for (name, help, get) in durable {

@@ -157,10 +157,11 @@ pub struct ServeConfig {
     #[arg(long = "tpc.io-memory", env = "COURANT_TPC_IO_MEMORY", default_value_t = 2 << 20)]
     pub io_memory: usize,
     /// Durable mode (Courant): acknowledge an append only once it is on the device, on the
-    /// primary and on every replica (`fdatasync` of the spool's content and commit log, and
-    /// of the directories whose entries were created), so that a node survives power loss,
-    /// not only `kill -9`. Concurrent appends share syncs (group commit). Off: appends are
-    /// acknowledged once in the page cache, as Gazette does.
+    /// primary and on every replica, so that a node survives power loss, not only `kill -9`.
+    /// Each core copies its commits into a preallocated commit log
+    /// (`<data-dir>/spools/wal/core-<n>.wal`) and one `fdatasync` of it covers all of them
+    /// (group commit); start-up replays the logs. Off: appends are acknowledged once in the
+    /// page cache, as Gazette does.
     #[arg(long = "tpc.durable", env = "COURANT_TPC_DURABLE")]
     pub durable: bool,
 

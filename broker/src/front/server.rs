@@ -47,6 +47,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     // Held until the process exits (the kernel drops both, also on kill -9).
     let _data_dir_lock = crate::guards::lock_data_dir(&cfg.data_dir)?;
     let _port_claim = crate::guards::claim_port(&cfg.bind, cfg.port)?;
+    crate::journal::core::replay_commit_logs(&cfg.data_dir)?;
 
     let member_id =
         crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
@@ -130,7 +131,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
             .name(&format!("courant-core-{index}"))
             .io_memory(cfg.io_memory)
             .spawn(move || async move {
-                let syncs = crate::journal::core::sync_batcher(&cfg);
+                let syncs = crate::journal::core::sync_batcher(&cfg, index);
                 let core = Rc::new(Core {
                     index,
                     cores,

@@ -93,10 +93,27 @@ pub struct Core {
 }
 
 /// This core's sync batcher when `cfg` asks for durable appends, counting its syncs in
-/// the metrics.
-pub fn sync_batcher(cfg: &ServeConfig) -> Option<Rc<storage::spool::SyncBatcher>> {
-    cfg.durable
-        .then(|| storage::spool::SyncBatcher::new(Some(Box::new(crate::metrics::spool_syncs))))
+/// the metrics, with the core's commit log (`<data-dir>/spools/wal/core-<core>.wal`,
+/// prepared now in the background; see `storage::spool::wal`).
+pub fn sync_batcher(cfg: &ServeConfig, core: usize) -> Option<Rc<storage::spool::SyncBatcher>> {
+    use storage::spool::wal;
+    cfg.durable.then(|| {
+        let log = storage::spool::Wal::new(
+            wal::path(&cfg.data_dir.join("spools"), core),
+            wal::DEFAULT_SIZE,
+            Some(Box::new(crate::metrics::commit_log)),
+        );
+        log.start();
+        storage::spool::SyncBatcher::with_wal(Some(Box::new(crate::metrics::spool_syncs)), log)
+    })
+}
+
+/// Replays the commit logs of durable mode into the spools under `data_dir` (blocking; at
+/// start, before any spool opens). Logs of a run without `--tpc.durable` are replayed too.
+pub fn replay_commit_logs(data_dir: &std::path::Path) -> Result<(), String> {
+    storage::spool::wal::replay(&data_dir.join("spools"))
+        .map(|_| ())
+        .map_err(|e| format!("replaying the commit logs of durable mode: {e}"))
 }
 
 impl Core {

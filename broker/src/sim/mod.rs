@@ -501,7 +501,8 @@ impl Sim {
             tokio::sync::watch::channel(self.world.keyspace.borrow().latest());
         let keyspace = crate::control::KeySpaceHandle::from_parts(ks_tx, watch_rx);
         let (store_handle, store_rx) = crate::control::stores::persist::channel();
-        let syncs = crate::journal::core::sync_batcher(&cfg);
+        crate::journal::core::replay_commit_logs(&cfg.data_dir).expect("replaying commit logs");
+        let syncs = crate::journal::core::sync_batcher(&cfg, 0);
         let core = Rc::new(Core {
             index: 0,
             cores: 1,

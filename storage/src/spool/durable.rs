@@ -25,6 +25,11 @@
 //! (a gate is in one batch at a time; its waiters that the sync in flight does not cover
 //! queue it again when it ends).
 //!
+//! With a commit log ([`SyncBatcher::with_wal`], see [`super::wal`]) a ticket waits for the
+//! log batch holding its commit instead, and the gate's own syncs run only for *barriers*
+//! (commits that created files or directories, or too large to log; every later ticket of the
+//! spool waits for the last one) and for the log's checkpoints ([`SyncGate::ticket_all`]).
+//!
 //! A failed sync is never retried (after a failed `fdatasync` the page cache may have
 //! dropped the dirty pages: a retry could report success for data that is gone). The gate
 //! fails: every waiter, present and future, gets the error, and the spool is poisoned
@@ -42,6 +47,7 @@ use std::task::{Context, Poll, Waker};
 
 use glommio::io::BufferedFile;
 
+use super::wal::Wal;
 use crate::StorageError;
 use crate::fragment::FragmentFile;
 
@@ -54,6 +60,8 @@ pub type BatchObserver = Box<dyn Fn(usize)>;
 /// Lives on: one core (`!Send`), shared by the gates of that core's spools.
 pub struct SyncBatcher {
     queue: RefCell<Vec<Rc<Gate>>>,
+    /// The core's commit log, if commits are logged there (see [`super::wal`]).
+    wal: Option<Rc<Wal>>,
     /// A batch task is spawned and has not yet taken the queue.
     scheduled: Cell<bool>,
     observer: Option<BatchObserver>,
@@ -64,13 +72,29 @@ pub struct SyncBatcher {
 impl SyncBatcher {
     /// A batcher; `observer` (if any) is told how many spools each batch synced.
     pub fn new(observer: Option<BatchObserver>) -> Rc<SyncBatcher> {
+        Self::build(observer, None)
+    }
+
+    /// A batcher whose spools log their commits to `wal` (one sync per tick for all of
+    /// them) and sync their own files only at barriers and checkpoints.
+    pub fn with_wal(observer: Option<BatchObserver>, wal: Rc<Wal>) -> Rc<SyncBatcher> {
+        Self::build(observer, Some(wal))
+    }
+
+    fn build(observer: Option<BatchObserver>, wal: Option<Rc<Wal>>) -> Rc<SyncBatcher> {
         Rc::new(SyncBatcher {
             queue: RefCell::new(Vec::new()),
+            wal,
             scheduled: Cell::new(false),
             observer,
             syncs: Cell::new(0),
             batches: Cell::new(0),
         })
+    }
+
+    /// The core's commit log, if any.
+    pub fn wal(&self) -> Option<&Rc<Wal>> {
+        self.wal.as_ref()
     }
 
     /// Spool syncs run so far (one per gate per batch).
@@ -148,7 +172,7 @@ impl Files {
 
 /// Why a gate failed, kept to answer every later waiter.
 #[derive(Clone)]
-struct Failure {
+pub(crate) struct Failure {
     path: PathBuf,
     /// The OS error, when the failure had one.
     code: Option<i32>,
@@ -157,7 +181,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn of(err: &StorageError) -> Failure {
+    pub(crate) fn of(err: &StorageError) -> Failure {
         match err {
             StorageError::Io { path, source, .. } => Failure {
                 path: path.clone(),
@@ -180,7 +204,7 @@ impl Failure {
         }
     }
 
-    fn error(&self) -> StorageError {
+    pub(crate) fn error(&self) -> StorageError {
         let source = match self.code {
             Some(code) => std::io::Error::from_raw_os_error(code),
             None => std::io::Error::new(self.kind, self.text.clone()),
@@ -214,6 +238,14 @@ struct Gate {
     /// Directories whose entries were created since the last sync started.
     dirs: RefCell<Vec<PathBuf>>,
     waiters: RefCell<Vec<Waker>>,
+    /// With a commit log: the last commit that must sync the spool's own files (it
+    /// created files or directories, or was too large to log).
+    barrier: Cell<u64>,
+    /// With a commit log: the log batch holding the last logged commit.
+    wal_batch: Cell<u64>,
+    /// With a commit log: the gate is in the log's list of spools to sync at its next
+    /// checkpoint.
+    logged: Cell<bool>,
     /// Test builds: the next sync fails as a failing disk would.
     #[cfg(test)]
     fail_next: Cell<bool>,
@@ -359,6 +391,9 @@ impl SyncGate {
             retired: RefCell::new(Vec::new()),
             dirs: RefCell::new(Vec::new()),
             waiters: RefCell::new(Vec::new()),
+            barrier: Cell::new(0),
+            wal_batch: Cell::new(0),
+            logged: Cell::new(false),
             #[cfg(test)]
             fail_next: Cell::new(false),
             #[cfg(test)]
@@ -386,12 +421,51 @@ impl SyncGate {
         self.0.failed.borrow().as_ref().map(Failure::error)
     }
 
-    /// A ticket for everything committed so far.
+    /// A ticket for everything committed so far: with a commit log, its last barrier and
+    /// its last logged batch; without, a sync of the spool's files.
     pub fn ticket(&self) -> SyncTicket {
+        match self.0.batcher.wal() {
+            Some(_) => SyncTicket {
+                gate: self.clone(),
+                generation: self.0.barrier.get(),
+                wal_batch: Some(self.0.wal_batch.get()),
+            },
+            None => self.ticket_all(),
+        }
+    }
+
+    /// A ticket for a sync of the spool's own files covering everything committed so far
+    /// (what a checkpoint of the commit log waits for).
+    pub fn ticket_all(&self) -> SyncTicket {
         SyncTicket {
             gate: self.clone(),
             generation: self.committed(),
+            wal_batch: None,
         }
+    }
+
+    /// The commit log of this gate's core, if commits are logged.
+    pub(crate) fn wal(&self) -> Option<&Rc<Wal>> {
+        self.0.batcher.wal()
+    }
+
+    /// The last commit must sync the spool's own files.
+    pub(crate) fn set_barrier(&self) {
+        self.0.barrier.set(self.0.committed.get());
+    }
+
+    /// The last commit is in log batch `batch`.
+    pub(crate) fn set_wal_batch(&self, batch: u64) {
+        self.0.wal_batch.set(batch);
+    }
+
+    /// Marks the gate as logged since the log's last checkpoint; true if it was not.
+    pub(crate) fn mark_logged(&self) -> bool {
+        !self.0.logged.replace(true)
+    }
+
+    pub(crate) fn clear_logged(&self) {
+        self.0.logged.set(false);
     }
 
     /// A commit of `content` (and `log`) was written; `dirs` had entries created since the
@@ -463,6 +537,8 @@ impl SyncGate {
 pub struct SyncTicket {
     gate: SyncGate,
     generation: u64,
+    /// With a commit log: the batch to wait for after the generation.
+    wal_batch: Option<u64>,
 }
 
 impl SyncTicket {
@@ -472,8 +548,19 @@ impl SyncTicket {
     }
 
     /// Returns once every commit up to the ticket's generation has been synced, starting a
-    /// sync only if none in flight covers it; the error of a failed sync otherwise.
+    /// sync only if none in flight covers it, and (with a commit log) the ticket's log
+    /// batch is on the device; the error of a failed sync otherwise.
     pub async fn wait(self) -> Result<(), StorageError> {
+        let wal_batch = self.wal_batch;
+        let wal = self.gate.wal().cloned();
+        self.wait_gate().await?;
+        match (wal, wal_batch) {
+            (Some(wal), Some(batch)) => wal.wait(batch).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn wait_gate(self) -> Result<(), StorageError> {
         let mut requested = false;
         std::future::poll_fn(|cx: &mut Context<'_>| {
             let gate = &self.gate.0;

@@ -61,7 +61,9 @@ use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
 pub mod durable;
+pub mod wal;
 pub use durable::{SyncBatcher, SyncGate, SyncTicket};
+pub use wal::Wal;
 
 /// Chunk size for re-hashing a fragment's content during recovery.
 const RECOVERY_READ_LEN: usize = 1 << 20;
@@ -144,6 +146,15 @@ pub struct Spool {
     poisoned: Option<String>,
     /// Durable mode: the sync generations of this spool (see [`durable`]).
     gate: Option<SyncGate>,
+    /// crc32c of the commit log's bytes [0, commits_len) (what a commit-log record of
+    /// durable mode checks before it is replayed; see [`wal`]).
+    log_crc: u32,
+    /// Durable mode with a commit log: the pending content, kept (not copied) until the
+    /// commit logs it.
+    wal_pending: Vec<Bytes>,
+    wal_pending_len: usize,
+    /// The pending content outgrew what a log record may hold: the commit is a barrier.
+    wal_overflow: bool,
     /// Test builds: the next content write or commit fails after writing half its bytes.
     #[cfg(test)]
     fail_next: Option<FailNext>,
@@ -275,6 +286,10 @@ impl Spool {
             log_tail_dirty: false,
             poisoned: None,
             gate: None,
+            log_crc: 0,
+            wal_pending: Vec::new(),
+            wal_pending_len: 0,
+            wal_overflow: false,
             #[cfg(test)]
             fail_next: None,
         }
@@ -302,6 +317,10 @@ impl Spool {
             log_tail_dirty: false,
             poisoned: None,
             gate: None,
+            log_crc: r.log_crc,
+            wal_pending: Vec::new(),
+            wal_pending_len: 0,
+            wal_overflow: false,
             #[cfg(test)]
             fail_next: None,
         }
@@ -381,6 +400,9 @@ impl Spool {
         }
         let pos = self.content_len() + self.delta as u64;
         let file = self.file.clone();
+        // A write that creates the content file adds a directory entry (a roll's durable
+        // begin created it already).
+        let creates = file.get().is_none();
         #[cfg(test)]
         let fail = self.fail_next.take_if(|f| *f == FailNext::Write).is_some();
         #[cfg(not(test))]
@@ -407,13 +429,24 @@ impl Spool {
                 "spool write failed; the append is refused, the spool stays usable");
             return Err(e);
         }
-        self.dirs_dirty |= pos == 0;
+        self.dirs_dirty |= creates;
         match also {
             Some(other) => Summer::update_pair(&mut self.pending_sum, other, content),
             None => self.pending_sum.update(content),
         }
         self.delta += content.len() as i64;
         self.written_len = self.written_len.max(pos + content.len() as u64);
+        if let Some(wal) = self.gate.as_ref().and_then(SyncGate::wal)
+            && !self.wal_overflow
+        {
+            self.wal_pending_len += content.len();
+            if self.wal_pending_len > wal.max_record() {
+                self.wal_overflow = true;
+                self.wal_pending.clear();
+            } else {
+                self.wal_pending.push(content.clone());
+            }
+        }
         Ok(())
     }
 
@@ -437,6 +470,7 @@ impl Spool {
         if self.commits_len == 0 {
             record::encode_header(self.fragment.compression_codec, &mut buf);
         }
+        let (log_pos, log_crc) = (self.commits_len, self.log_crc);
         let changed = self.logged_registers.as_ref() != Some(&registers);
         record::encode_record(
             &CommitRecord {
@@ -452,7 +486,8 @@ impl Spool {
             return Err(e);
         }
 
-        self.note_commit();
+        let barrier = self.note_commit();
+        self.log_commit(barrier, &next, log_pos, log_crc, &buf);
         if self.delta > 0 && self.first_append_time.is_none() {
             self.first_append_time = Some(now);
         }
@@ -472,6 +507,54 @@ impl Spool {
         }
         self.delta = 0;
         self.pending_sum = self.committed_sum.clone();
+        self.clear_wal_pending();
+    }
+
+    fn clear_wal_pending(&mut self) {
+        self.wal_pending.clear();
+        self.wal_pending_len = 0;
+        self.wal_overflow = false;
+    }
+
+    /// Durable mode with a commit log: copies the commit just written (content `[from,
+    /// next.end)` and the log's `buf`, written at `log_pos` after bytes whose crc32c is
+    /// `log_crc`) into the core's log, or makes it a barrier if it cannot be logged.
+    fn log_commit(
+        &mut self,
+        barrier: bool,
+        next: &Fragment,
+        log_pos: u64,
+        log_crc: u32,
+        buf: &[u8],
+    ) {
+        let Some(gate) = &self.gate else { return };
+        let Some(wal) = gate.wal() else { return };
+        if !barrier {
+            let sum_from = self
+                .fragment
+                .sum
+                .as_ref()
+                .map_or([0; 20], protocol::sum::sum_to_bytes);
+            let entry = wal::Entry {
+                journal: &self.fragment.journal,
+                begin: self.fragment.begin,
+                from: self.fragment.end,
+                to: next.end,
+                sum_from,
+                log_pos,
+                log_crc,
+                log_bytes: buf,
+                content: &self.wal_pending,
+            };
+            match (!self.wal_overflow)
+                .then(|| wal.log(&entry, gate))
+                .flatten()
+            {
+                Some(batch) => gate.set_wal_batch(batch),
+                None => gate.set_barrier(),
+            }
+        }
+        self.clear_wal_pending();
     }
 
     /// Replaces the registers without committing, as a replica does when it
@@ -709,16 +792,23 @@ impl Spool {
         self.gate.as_ref().map(SyncGate::ticket)
     }
 
-    /// Tells the gate (if any) of a commit written to the log.
-    fn note_commit(&mut self) {
-        let Some(gate) = &self.gate else { return };
-        let dirs: &[&Path] = if self.dirs_dirty {
+    /// Tells the gate (if any) of a commit written to the log. Returns whether the commit
+    /// created files or directories (a barrier: it syncs the spool's own files even with a
+    /// commit log).
+    fn note_commit(&mut self) -> bool {
+        let Some(gate) = &self.gate else { return false };
+        let barrier = self.dirs_dirty;
+        let dirs: &[&Path] = if barrier {
             &[&self.dir, &self.root]
         } else {
             &[]
         };
         gate.note_commit(&self.file, self.commits.as_ref(), dirs);
+        if barrier {
+            gate.set_barrier();
+        }
         self.dirs_dirty = false;
+        barrier
     }
 
     fn content_len(&self) -> u64 {
@@ -728,7 +818,9 @@ impl Spool {
     fn check(&self) -> Result<(), StorageError> {
         if self.poisoned.is_none()
             && let Some(gate) = &self.gate
-            && let Some(failure) = gate.failure()
+            && let Some(failure) = gate
+                .failure()
+                .or_else(|| gate.wal().and_then(|w| w.failure()))
         {
             return Err(StorageError::Poisoned {
                 journal: self.fragment.journal.clone(),
@@ -768,6 +860,7 @@ impl Spool {
                 .map_err(|e| StorageError::io("creating", path, e))?;
             self.commits = Some(Rc::new(log));
             self.commits_len = 0;
+            self.log_crc = 0;
             self.dirs_dirty = true;
         }
         let log = self.commits.as_ref().expect("created above");
@@ -791,6 +884,7 @@ impl Spool {
             ));
         }
         self.commits_len += buf.len() as u64;
+        self.log_crc = crc32c::crc32c_append(self.log_crc, buf);
         Ok(())
     }
 
@@ -890,6 +984,8 @@ struct RecoveredFragment {
     file: BufferedFile,
     commits: BufferedFile,
     commits_len: u64,
+    /// crc32c of the log's first `commits_len` bytes.
+    log_crc: u32,
     sum: Summer,
 }
 
@@ -1000,6 +1096,7 @@ async fn recover_fragment(
     };
     let mut scanned = None;
     let mut log_len = 0;
+    let mut log_crc = 0;
     if let Some(log) = &log {
         log_len = log
             .file_size()
@@ -1009,6 +1106,9 @@ async fn recover_fragment(
             .await
             .map_err(|e| StorageError::io("reading", log_path, e))?;
         scanned = record::scan(&buf, begin, content_len);
+        if let Some(s) = &scanned {
+            log_crc = crc32c::crc32c(&buf[..s.valid_len]);
+        }
     }
 
     // A fragment without content is kept only if its log marks its begin (a roll's).
@@ -1077,6 +1177,7 @@ async fn recover_fragment(
         file,
         commits: log,
         commits_len: scanned.valid_len as u64,
+        log_crc,
         sum,
     }))
 }
