@@ -15,7 +15,7 @@
 //! # Write path
 //!
 //! A spool's commit writes its content and commit record to its own files as always (page
-//! cache), then [`Wal::log`] copies the same bytes into the core's pending batch. One flush
+//! cache), then `Wal::log` copies the same bytes into the core's pending batch. One flush
 //! task writes the batch at the log's position (one `pwrite`) and syncs it (one
 //! `fdatasync`); a [`super::SyncTicket`] of that commit returns once its batch is flushed.
 //! Commits that create files or directories (a fragment's first, a roll's or discard's
