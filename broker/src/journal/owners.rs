@@ -125,6 +125,23 @@ mod tests {
     }
 
     #[test]
+    fn hash_core_spreads_names_that_differ_in_a_few_characters() {
+        for cores in [2, 3, 4] {
+            let mut counts = vec![0usize; cores];
+            for i in 0..1000 {
+                counts[hash_core(&format!("lg/{i:04}"), cores)] += 1;
+            }
+            let fair = 1000 / cores;
+            assert!(
+                counts
+                    .iter()
+                    .all(|&n| n > fair * 7 / 10 && n < fair * 13 / 10),
+                "{cores} cores: {counts:?}"
+            );
+        }
+    }
+
+    #[test]
     fn hash_core_is_stable_and_in_range() {
         for cores in 1..5 {
             for name in ["a", "b/c", ""] {
