@@ -159,7 +159,7 @@ pub struct ServeConfig {
     /// Durable mode (Courant): acknowledge an append only once it is on the device, on the
     /// primary and on every replica, so that a node survives power loss, not only `kill -9`.
     /// Each core copies its commits into a preallocated commit log
-    /// (`<data-dir>/spools/wal/core-<n>.wal`) and one `fdatasync` of it covers all of them
+    /// (`<data-dir>/spools/wal/core-<n>.wal`) and one durable write of it covers all of them
     /// (group commit); start-up replays the logs. Off: appends are acknowledged once in the
     /// page cache, as Gazette does.
     #[arg(long = "tpc.durable", env = "COURANT_TPC_DURABLE")]

@@ -315,3 +315,66 @@ fn hostile_log_files_replay_nothing_and_never_panic() {
         (4, 1, 0, 1)
     );
 }
+
+/// Several journals of one core committing at once: their commits share batches, batches
+/// overlap on the device, and after a power loss that kept only each fragment's first
+/// commit, replay restores every acknowledged one. Once with `O_DIRECT`, once buffered.
+#[test]
+fn concurrent_journals_share_batches_and_all_replay() {
+    for buffered in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let journals: Vec<String> = (0..6).map(|i| format!("a/j{i}")).collect();
+        let mut synced = Vec::new();
+        run(|| async {
+            let wal = Wal::new(path(&root, 0), DEFAULT_SIZE / 8, None);
+            if buffered {
+                wal.buffered_only();
+            }
+            let batcher = SyncBatcher::with_wal(None, wal.clone());
+            let mut tasks = Vec::new();
+            for journal in &journals {
+                let (mut spool, _) = Spool::open(&root, journal, Raw).await.unwrap();
+                spool.set_sync_gate(SyncGate::new(&batcher));
+                append(&mut spool, journal.as_bytes()).await;
+                synced.push(lens(&spool));
+                tasks.push(glommio::spawn_local(async move {
+                    for i in 0..40u32 {
+                        let content = format!("<{i}>");
+                        spool.write(&Bytes::from(content)).await.unwrap();
+                        spool.commit(LabelSet::default()).await.unwrap();
+                        let ticket = spool.sync_ticket().unwrap();
+                        // Wait without holding back the other journals' commits.
+                        glommio::executor().yield_now().await;
+                        ticket.wait().await.unwrap();
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await;
+            }
+            assert_eq!(wal.direct(), !buffered);
+            assert!(
+                wal.flushes() < 6 * 40,
+                "{} flushes for {} commits: no shared batches",
+                wal.flushes(),
+                6 * 40
+            );
+        });
+        for (journal, to) in journals.iter().zip(&synced) {
+            lose_page_cache(&root, journal, 0, *to);
+        }
+        let report = replay(&root).unwrap();
+        assert_eq!((report.applied, report.skipped), (6 * 40, 0), "{report:?}");
+        run(|| async {
+            for journal in &journals {
+                let mut expected = journal.clone().into_bytes();
+                for i in 0..40 {
+                    expected.extend_from_slice(format!("<{i}>").as_bytes());
+                }
+                let spool = reopen(&root, journal).await;
+                assert_eq!(spool.fragment().sum, Some(sha1(&expected)), "{journal}");
+            }
+        });
+    }
+}
