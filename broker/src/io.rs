@@ -9,6 +9,17 @@
 //! initialised slice, to wait for readiness. (At max rate the zeroing was still 5% of
 //! broker CPU with the 64 KiB bound.)
 //!
+//! Reads also yield the core ([`poll_read`]): a connection whose socket never runs dry would
+//! otherwise be served by one task that never returns `Pending`, and glommio, being
+//! cooperative, would poll the core's rings (completions, timers, wake-ups from other cores)
+//! only when its 100 ms preemption timer fires. After [`READ_STREAK`] of reads that all found
+//! data, a read asks the executor to poll its rings (`request_preempt`, a Courant patch of
+//! glommio) and yields. Measured with `courant-loadgen --journals 1000 --records-per-append
+//! 100 --in-flight 1 --connections 1` (all journals on one core): 2.13-2.15 M rec/s, append
+//! p99 61-64 ms, against 1.64-1.68 M and 188-194 ms before.
+//!
+//! [`poll_read`]: tokio::io::AsyncRead::poll_read
+//!
 //! Lives on: the core that owns the connection (a per-connection adapter, `!Send`).
 
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -59,12 +70,53 @@ fn recv_uninit(fd: RawFd, dst: &mut [std::mem::MaybeUninit<u8>]) -> Option<io::R
     }
 }
 
+/// How long reads that all find data may run before one yields the core.
+const READ_STREAK: std::time::Duration = std::time::Duration::from_millis(1);
+
+thread_local! {
+    /// When the current streak of reads that found data began on this core.
+    static STREAK: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether a read should let the core poll its rings and run its other tasks first: its
+/// time slice is over, or reads have found data for [`READ_STREAK`]. Then the next read
+/// starts a new streak.
+fn yield_now_due() -> bool {
+    let executor = glommio::executor();
+    if executor.need_preempt() {
+        STREAK.set(None);
+        return true;
+    }
+    let now = std::time::Instant::now();
+    match STREAK.get() {
+        Some(start) if now.duration_since(start) >= READ_STREAK => {
+            STREAK.set(None);
+            executor.request_preempt();
+            true
+        }
+        Some(_) => false,
+        None => {
+            STREAK.set(Some(now));
+            false
+        }
+    }
+}
+
+/// A read found the socket empty: the task will wait, and the core polls its rings.
+fn streak_ended() {
+    STREAK.set(None);
+}
+
 impl<T: AsyncRead + RawRead + Unpin> tokio::io::AsyncRead for Io<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if yield_now_due() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         let mut n = buf.remaining().min(READ_CHUNK);
         if let Some(fd) = self.0.raw_fd() {
             // SAFETY: the bytes handed out are only written (by the kernel), and only the
@@ -79,7 +131,10 @@ impl<T: AsyncRead + RawRead + Unpin> tokio::io::AsyncRead for Io<T> {
                     return Poll::Ready(Ok(()));
                 }
                 Some(Err(err)) => return Poll::Ready(Err(err)),
-                None => n = n.min(WAIT_CHUNK),
+                None => {
+                    streak_ended();
+                    n = n.min(WAIT_CHUNK)
+                }
             }
         }
         let dst = buf.initialize_unfilled_to(n);
@@ -126,6 +181,29 @@ impl<T: AsyncWrite + Unpin> tokio::io::AsyncWrite for Io<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_long_streak_of_reads_asks_the_core_to_poll_its_rings() {
+        glommio::LocalExecutorBuilder::default()
+            .make()
+            .expect("executor")
+            .run(async {
+                let executor = glommio::executor();
+                super::streak_ended();
+                assert!(!super::yield_now_due(), "a streak starts");
+                assert!(!super::yield_now_due());
+                std::thread::sleep(super::READ_STREAK * 2);
+                assert!(super::yield_now_due(), "the streak ran its time");
+                assert!(
+                    executor.need_preempt(),
+                    "the core is asked to poll its rings"
+                );
+                // The executor polls them before it runs this task again.
+                executor.yield_now().await;
+                assert!(!executor.need_preempt());
+                assert!(!super::yield_now_due(), "a new streak starts");
+            });
+    }
+
     use super::recv_uninit;
     use std::io::Write;
     use std::mem::MaybeUninit;

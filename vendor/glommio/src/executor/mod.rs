@@ -47,7 +47,7 @@ use latch::{Latch, LatchState};
 use log::warn;
 pub use placement::{CpuSet, Placement, PoolPlacement};
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     collections::{hash_map::Entry, BinaryHeap},
     fmt,
     future::Future,
@@ -1116,6 +1116,9 @@ pub struct LocalExecutor {
     id: usize,
     reactor: Rc<reactor::Reactor>,
     stall_detector: RefCell<Option<StallDetector>>,
+    // Courant patch: a task asked that the executor poll its rings before it
+    // runs more tasks (see `ExecutorProxy::request_preempt`).
+    preempt_requested: Cell<bool>,
 }
 
 impl LocalExecutor {
@@ -1177,6 +1180,7 @@ impl LocalExecutor {
                     .map(|x| StallDetector::new(id, x))
                     .transpose()?,
             ),
+            preempt_requested: Cell::new(false),
         })
     }
 
@@ -1317,7 +1321,8 @@ impl LocalExecutor {
 
     #[inline(always)]
     pub(crate) fn need_preempt(&self) -> bool {
-        self.reactor.need_preempt()
+        // Courant patch: or a task asked for it.
+        self.preempt_requested.get() || self.reactor.need_preempt()
     }
 
     fn run_task_queues(&self) -> bool {
@@ -1475,6 +1480,8 @@ impl LocalExecutor {
                 // requests that are latency sensitive we want them out of the
                 // ring ASAP (before we run the task queues). We will also use
                 // the opportunity to install the timer.
+                // Courant patch: the rings are polled now, as asked.
+                this.preempt_requested.set(false);
                 this.parker
                     .poll_io(|| Some(this.preempt_timer_duration()))
                     .expect("Failed to poll io! This is actually pretty bad!");
@@ -2175,6 +2182,26 @@ impl ExecutorProxy {
     #[inline(always)]
     pub async fn yield_now(&self) {
         futures_lite::future::yield_now().await
+    }
+
+    /// Courant patch: makes [`ExecutorProxy::need_preempt`] true until the
+    /// executor next polls its rings, so that once the current task returns
+    /// `Pending` the executor polls them (completions, timers, wake-ups from
+    /// other executors) before it runs more tasks. A task that finds its work
+    /// always ready (a socket that never runs dry) calls this and yields, so
+    /// that a core saturated by it still serves the rest of its work within its
+    /// own time bound instead of the preemption timer's.
+    pub fn request_preempt(&self) {
+        #[cfg(not(feature = "native-tls"))]
+        if LOCAL_EX.is_set() {
+            LOCAL_EX.with(|local_ex| local_ex.preempt_requested.set(true));
+        }
+        #[cfg(feature = "native-tls")]
+        unsafe {
+            if let Some(ex) = LOCAL_EX.as_ref() {
+                ex.preempt_requested.set(true);
+            }
+        }
     }
 
     /// Unconditionally yields the current task queue and forces the scheduler
