@@ -489,7 +489,7 @@ where
                 // moved again wherever it goes: the task holds only a box, and the call is
                 // built into it once, when the task first runs.
                 let core = core.clone();
-                spawn_call(async move {
+                crate::journal::call::spawn_call(async move {
                     Box::pin(core.dispatch(ServerCall::new(req, respond, max_recv))).await;
                     drop(guard);
                 });
@@ -499,25 +499,6 @@ where
                 break;
             }
         }
-    }
-}
-
-/// Starts a call's task at the back of the core's run queue.
-///
-/// glommio's `spawn_local` polls a new task once right away, inside the task that spawns it.
-/// Here that is the connection task, so one run of it covered the reads and the first poll
-/// of every call the client kept sending: while the socket never ran dry, such a run lasted
-/// until the 100 ms preemption timer, and the tasks woken meanwhile (a reply from the core
-/// that owns a forwarded call's journal) waited for it. Measured with 200 journals on one
-/// connection, half owned by the other core: forwarded calls answered after 203 ms and got
-/// 3% of the appends; queued instead, after 2-4 ms and 41%. See ARCHITECTURE.md.
-fn spawn_call(call: impl std::future::Future<Output = ()> + 'static) {
-    match glommio::spawn_local_into(call, glommio::TaskQueueHandle::default()) {
-        Ok(task) => {
-            task.detach();
-        }
-        // The default queue always exists while the executor runs.
-        Err(err) => tracing::error!(%err, "cannot queue a call's task"),
     }
 }
 
@@ -569,27 +550,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
 
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_close(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::cell::Cell;
-    use std::rc::Rc;
-
-    #[test]
-    fn a_call_task_waits_its_turn_instead_of_running_inside_the_connection_task() {
-        glommio::LocalExecutorBuilder::default()
-            .make()
-            .expect("executor")
-            .run(async {
-                let polled = Rc::new(Cell::new(false));
-                let flag = polled.clone();
-                super::spawn_call(async move { flag.set(true) });
-                // glommio's spawn_local would have polled it already, here.
-                assert!(!polled.get(), "the call ran inside its spawner");
-                glommio::executor().yield_now().await;
-                assert!(polled.get(), "the call never ran");
-            });
     }
 }

@@ -231,14 +231,13 @@ impl Core {
                     output,
                     timeout,
                 } => {
-                    glommio::spawn_local(run_journal_call(
+                    call::spawn_call(run_journal_call(
                         self.clone(),
                         first,
                         input,
                         output,
                         timeout,
-                    ))
-                    .detach();
+                    ));
                 }
             }
         }
