@@ -105,13 +105,9 @@ impl CallOut {
 /// Starts a call's task at the back of the core's run queue (a connection's new call, or a
 /// call forwarded to this core).
 ///
-/// glommio's `spawn_local` polls a new task once right away, inside the task that spawns it.
-/// For a connection that is the connection task, so one run of it covered the reads and the
-/// first poll of every call the client kept sending: while the socket never ran dry, such a
-/// run lasted until the 100 ms preemption timer, and the tasks woken meanwhile (a reply from the core
-/// that owns a forwarded call's journal) waited for it. Measured with 200 journals on one
-/// connection, half owned by the other core: forwarded calls answered after 203 ms and got
-/// 3% of the appends; queued instead, after 2-4 ms and 36-64%. See ARCHITECTURE.md.
+/// Not `glommio::spawn_local`, which polls a new task once inside the task that spawns it:
+/// a connection task then carries every call's first poll and, while its client keeps the
+/// socket fed, holds the core for a whole preemption slice (ARCHITECTURE.md, invariants).
 pub fn spawn_call(call: impl std::future::Future<Output = ()> + 'static) {
     match glommio::spawn_local_into(call, glommio::TaskQueueHandle::default()) {
         Ok(task) => {
