@@ -109,12 +109,23 @@ impl CallOut {
 /// a connection task then carries every call's first poll and, while its client keeps the
 /// socket fed, holds the core for a whole preemption slice (ARCHITECTURE.md, invariants).
 pub fn spawn_call(call: impl std::future::Future<Output = ()> + 'static) {
+    if let Some(task) = queue_call(call) {
+        task.detach();
+    }
+}
+
+/// [`spawn_call`] keeping the task's handle (the simulator starts its calls so, to cancel
+/// them): the same queueing, so the simulated path schedules as the served one does.
+pub fn queue_call(
+    call: impl std::future::Future<Output = ()> + 'static,
+) -> Option<glommio::Task<()>> {
     match glommio::spawn_local_into(call, glommio::TaskQueueHandle::default()) {
-        Ok(task) => {
-            task.detach();
-        }
+        Ok(task) => Some(task),
         // The default queue always exists while the executor runs.
-        Err(err) => tracing::error!(%err, "cannot queue a call's task"),
+        Err(err) => {
+            tracing::error!(%err, "cannot queue a call's task");
+            None
+        }
     }
 }
 

@@ -422,9 +422,12 @@ pub fn decide_sync(
     let mut roll_to = 0i64;
     let mut roll_registers = None;
     let mut read_through = 0i64;
+    let mut ahead = false;
+    let mut agreeing = 0usize;
+    let mut refusing: Vec<&LabelSet> = Vec::new();
     for (peer, resp) in peers.iter().zip(responses) {
         match Status::try_from(resp.status) {
-            Ok(Status::Ok) => {}
+            Ok(Status::Ok) => agreeing += 1,
             Ok(Status::WrongRoute) => {
                 let hdr = resp.header.clone().unwrap_or_default();
                 let rev = hdr.etcd.map_or(0, |e| e.revision);
@@ -444,13 +447,22 @@ pub fn decide_sync(
                     continue;
                 }
                 if theirs.end > ours.end {
+                    ahead = true;
                     if theirs.end > roll_to {
                         roll_to = theirs.end;
                         roll_registers = Some(resp.registers.clone().unwrap_or_default());
                     }
                 } else if theirs.end == ours.end && theirs.begin == theirs.end {
                     roll_to = roll_to.max(theirs.end);
-                    if ours_unknown && roll_registers.is_none() {
+                    // A peer that refuses our empty fragment at its own end differs from us
+                    // only in registers (a roll in place keeps each spool's own): we take
+                    // theirs, or each side would keep its own forever (found by the
+                    // simulator, seed 7409, with neither side's registers marked unknown).
+                    let refused_in_place = ours.begin == ours.end;
+                    if refused_in_place && let Some(theirs) = resp.registers.as_ref() {
+                        refusing.push(theirs);
+                    }
+                    if (ours_unknown || refused_in_place) && roll_registers.is_none() {
                         // Else both would keep their registers at this end forever (found
                         // by the simulator once primaries commit before their peers answer:
                         // a primary restarted after kill -9 proposed the registers of the
@@ -473,6 +485,16 @@ pub fn decide_sync(
                 ));
             }
         }
+    }
+    let split = agreeing > 0 || refusing.iter().any(|r| *r != refusing[0]);
+    if !ahead && read_through == 0 && !refusing.is_empty() && split {
+        // Peers at our end differ among themselves in registers only (some hold ours, or
+        // the refusing ones hold several), and each refuses a roll in place that offers
+        // another's (Gazette's rule): taking one peer's would only move the refusal to
+        // the next, round after round (found by the simulator, seed 7409). Every spool is
+        // at our empty fragment, so we go on: the next commit's proposal carries its
+        // registers to all of them, and each takes them with the commit.
+        return Ok(Synced::Ok);
     }
     if roll_to != 0 {
         return Ok(Synced::RollTo {
@@ -534,7 +556,8 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_rolled_to_our_end_is_joined_there_with_its_registers_if_ours_are_unknown() {
+    fn a_peer_rolled_to_our_end_is_joined_there_with_its_registers_if_ours_are_unknown_or_it_refused_ours()
+     {
         let theirs = LabelSet {
             labels: vec![protocol::Label {
                 name: "k".into(),
@@ -551,8 +574,10 @@ mod tests {
         let peers = [Id::default()];
         let route = Route::default();
         for (ours, unknown, registers) in [
+            // Our fragment with content at their end: roll in place, keeping ours.
             (fragment(0, 31), false, None),
-            (fragment(31, 31), false, None),
+            // Our roll in place refused: only registers differ, so we take theirs.
+            (fragment(31, 31), false, Some(theirs.clone())),
             (fragment(31, 31), true, Some(theirs.clone())),
         ] {
             let decided = decide_sync(
@@ -565,6 +590,50 @@ mod tests {
             );
             assert_eq!(decided, Ok(Synced::RollTo { end: 31, registers }));
         }
+        // Peers at our end split over registers (one holds ours, one refuses with its
+        // own): no peer's registers would satisfy both, so the sync goes on.
+        let agree = ReplicateResponse {
+            status: Status::Ok as i32,
+            ..Default::default()
+        };
+        let two = [Id::default(), Id::default()];
+        for responses in [
+            [agree.clone(), mismatch.clone()],
+            [mismatch.clone(), agree.clone()],
+        ] {
+            let decided = decide_sync(&fragment(31, 31), false, &route, 1, &two, &responses);
+            assert_eq!(decided, Ok(Synced::Ok));
+        }
+        // Two refusing peers with different registers: the same.
+        let other = ReplicateResponse {
+            registers: Some(LabelSet::default()),
+            ..mismatch.clone()
+        };
+        let decided = decide_sync(
+            &fragment(31, 31),
+            false,
+            &route,
+            1,
+            &two,
+            &[mismatch.clone(), other],
+        );
+        assert_eq!(decided, Ok(Synced::Ok));
+        // Two refusing peers that agree with each other: we take their registers.
+        let decided = decide_sync(
+            &fragment(31, 31),
+            false,
+            &route,
+            1,
+            &two,
+            &[mismatch.clone(), mismatch.clone()],
+        );
+        assert_eq!(
+            decided,
+            Ok(Synced::RollTo {
+                end: 31,
+                registers: Some(theirs.clone())
+            })
+        );
         // A peer ahead always gives its registers.
         let ahead = ReplicateResponse {
             fragment: Some(fragment(0, 40)),

@@ -74,6 +74,13 @@ impl Replica {
             );
             spool.discard().await.map_err(crate::errors::storage_err)?;
         }
+        if discard && core.keyspace.current().cluster {
+            // Kept or discarded, the recovered registers are of a journal that may have
+            // moved on without this broker: its peers' agreement settles them (two spools
+            // at one end, each keeping its own, would refuse each other's roll in place
+            // forever: found by the simulator, seed 7409).
+            spool.set_registers_unknown(true);
+        }
         if let Some(batcher) = &core.syncs {
             spool.set_sync_gate(storage::spool::SyncGate::new(batcher));
         }

@@ -32,12 +32,17 @@ pub struct Ack {
     pub holders: BTreeSet<usize>,
 }
 
+/// A piece of a journal's offsets and the holders of the acknowledged append covering it
+/// (`None`: no acknowledged append does).
+pub type AckPiece = ((i64, i64), Option<BTreeSet<usize>>);
+
 /// What readers saw at a journal's primary during one check (invariant 7).
 pub struct Seen {
     pub journal: usize,
     pub broker: usize,
     pub step: usize,
-    /// The members of the journal's Route at the time, minus those whose lease expired since.
+    /// The members of the journal's Route at the time that hold it (see `check_local`),
+    /// minus those whose lease expired since.
     pub holders: BTreeSet<usize>,
 }
 
@@ -152,15 +157,46 @@ impl Checker {
         Ok(())
     }
 
+    /// Splits journal `j`'s [begin, end) at the edges of its acknowledged appends: each
+    /// piece with the holders of the append that covers it (`None`: no append does).
+    pub fn split_by_acks(&self, j: usize, begin: i64, end: i64) -> Vec<AckPiece> {
+        let mut acks: Vec<&Ack> = self
+            .acks
+            .iter()
+            .filter(|a| a.journal == j && a.begin < end && a.begin + a.bytes.len() as i64 > begin)
+            .collect();
+        acks.sort_by_key(|a| a.begin);
+        let mut out = Vec::new();
+        let mut at = begin;
+        for a in acks {
+            let (from, to) = (a.begin.max(at), (a.begin + a.bytes.len() as i64).min(end));
+            if from >= to {
+                continue;
+            }
+            if at < from {
+                out.push(((at, from), None));
+            }
+            out.push(((from, to), Some(a.holders.clone())));
+            at = to;
+        }
+        if at < end {
+            out.push(((at, end), None));
+        }
+        out
+    }
+
     /// Invariant 7: readers saw `readable` at a journal's primary; it must never be
     /// contradicted while any of its holders keeps it.
     pub fn seen(&mut self, seen: Seen, readable: &Readable) -> Result<(), String> {
-        let source = seen_source(&seen);
-        let mut ranges = Vec::new();
+        let ranges: Vec<(i64, i64)> = readable
+            .ranges
+            .iter()
+            .map(|(at, bytes)| (*at, *at + bytes.len() as i64))
+            .collect();
+        let source = seen_source(&seen, &ranges);
         for (at, bytes) in &readable.ranges {
             self.record(seen.journal, *at, bytes, &source)
                 .map_err(|e| format!("invariant 7: {e}"))?;
-            ranges.push((*at, *at + bytes.len() as i64));
         }
         if !ranges.is_empty() {
             self.seen.push((seen, ranges));
@@ -219,7 +255,7 @@ impl Checker {
                 })
             };
             if !ranges.iter().all(stored) {
-                forget.push(seen_source(seen));
+                forget.push(seen_source(seen, ranges));
             }
         }
         self.seen.retain(|(s, _)| !s.holders.is_empty());
@@ -230,10 +266,13 @@ impl Checker {
     }
 }
 
-fn seen_source(seen: &Seen) -> String {
+fn seen_source(seen: &Seen, ranges: &[(i64, i64)]) -> String {
+    let spans: Vec<String> = ranges.iter().map(|(b, e)| format!("[{b}, {e})")).collect();
     format!(
-        "what readers saw at broker-{} at step {}",
-        seen.broker, seen.step
+        "what readers saw at broker-{} at step {} ({})",
+        seen.broker,
+        seen.step,
+        spans.join(", ")
     )
 }
 

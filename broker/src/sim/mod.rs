@@ -52,7 +52,12 @@
 //! closed (`replicate.rs`); a roll forward did not survive kill -9, so a write head could
 //! go back (`storage::spool`, now durable); a discarded spool kept the registers of the
 //! commits it forgot and, at an end where its peers held others, refused every roll in
-//! place, so the journal's pipeline never synced again (`Spool::discard`, now adopting). The first (mirror) simulator had found the
+//! place, so the journal's pipeline never synced again (`Spool::discard`, now adopting). Seeds
+//! beyond the default range ([`FOUND_SEEDS`]) then found that registers could still split a
+//! journal's members at one end for good: a primary's own proposal cleared its "unknown"
+//! mark even when the round failed, recovered empty spools kept registers as known, and
+//! peers holding different registers each refused the roll in place offering the other's
+//! (`append::sync`, `Replica::open`, `pipeline::decide_sync`). The first (mirror) simulator had found the
 //! lease-expiry divergence that `Replica::open`'s discard fixes; `KeepRecoveredSpool`
 //! checks that this simulator finds it too.
 //!
@@ -84,6 +89,14 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use world::{ROOT, STORE, World};
+
+/// Seeds beyond the default range that once failed, run with every range (each names the
+/// fix in the code it checks: `seed 1002`, ...): 1002, 7409 and 8546 (a journal's pipeline
+/// that never synced again over registers: `append::sync`, `pipeline::decide_sync`,
+/// `Replica::open`); 2631 and 4070 (the checker's holders of what readers saw); 5348,
+/// 6320 and 9093 (healing that left a member added late without the journal's last
+/// fragment, which a broker's pulse would roll).
+const FOUND_SEEDS: [u64; 8] = [1002, 2631, 4070, 5348, 6320, 7409, 8546, 9093];
 
 /// Seeds run by `simulate_seeds` unless `COURANT_SIM_SEEDS` says otherwise.
 const DEFAULT_SEEDS: u64 = 1000;
@@ -780,7 +793,8 @@ impl Sim {
             "append: journal-{j} {:?} to broker-{b}",
             String::from_utf8_lossy(&bytes)
         ));
-        let task = glommio::spawn_local(async move {
+        // Queued as the server queues a connection's call (`journal::call::spawn_call`).
+        let task = crate::journal::call::queue_call(async move {
             let outcome = crate::journal::append::append(&core, req, &mut input, &mut output).await;
             output.finish(outcome);
         });
@@ -797,7 +811,7 @@ impl Sim {
                 responses,
                 cancel,
             },
-            task: Some(task),
+            task,
             response: None,
             unmatchable,
             head_at_start: self.checker.heads[j],
@@ -999,41 +1013,65 @@ impl Sim {
                 self.restart(b);
             }
         }
+        let mut healed = Vec::with_capacity(self.cfg.journals);
         for j in 0..self.cfg.journals {
-            let mut acked = false;
-            for attempt in 0..HEAL_ATTEMPTS {
-                self.quiesce().await?;
-                let before = self.checker.acks.len();
-                self.start_append(Some(j));
-                for _ in 0..HEAL_EVENTS {
-                    self.quiesce_step().await;
-                    self.collect()?;
-                    if self.appends.is_empty() {
-                        break;
-                    }
-                }
-                if self.checker.acks.len() > before {
-                    acked = true;
-                    break;
-                }
-                // Hung or failed: reset every stream (as connections would time out).
-                self.log(format!(
-                    "heal: attempt {attempt} on journal-{j} did not commit"
-                ));
-                for id in self.net.links() {
-                    self.net.break_link(id);
-                }
-                settle().await;
-                self.collect()?;
-                self.appends.clear();
+            healed.push(self.heal_journal(j).await?);
+        }
+        // A Route that changed after its journal's healing append (the allocator adding a
+        // member meanwhile) is pulsed in a broker, a zero-byte append that rolls every
+        // member forward and hands the completed fragment to the store: an append here
+        // does the same, until the Routes settle.
+        for _ in 0..HEAL_ATTEMPTS {
+            self.quiesce().await?;
+            let snap = self.world.keyspace.borrow().latest();
+            let moved: Vec<usize> = (0..self.cfg.journals)
+                .filter(|&j| self.route(&snap, j) != healed[j])
+                .collect();
+            if moved.is_empty() {
+                break;
             }
-            if !acked {
-                return self.fail(format!(
-                    "invariant 5: journal-{j} accepts no append after healing"
-                ));
+            for j in moved {
+                healed[j] = self.heal_journal(j).await?;
             }
         }
         self.quiesce().await
+    }
+
+    /// Appends to journal `j` until one append is acknowledged (invariant 5); returns the
+    /// Route it was acknowledged through.
+    async fn heal_journal(&mut self, j: usize) -> Result<(Vec<usize>, Option<usize>), Violation> {
+        for attempt in 0..HEAL_ATTEMPTS {
+            self.quiesce().await?;
+            let acked = |sim: &Self| sim.checker.acks.iter().filter(|a| a.journal == j).count();
+            // Another journal's append, still in flight, may be acknowledged meanwhile.
+            let before = acked(self);
+            let snap = self.world.keyspace.borrow().latest();
+            let route = self.route(&snap, j);
+            self.start_append(Some(j));
+            for _ in 0..HEAL_EVENTS {
+                self.quiesce_step().await;
+                self.collect()?;
+                if self.appends.is_empty() {
+                    break;
+                }
+            }
+            if acked(self) > before {
+                return Ok(route);
+            }
+            // Hung or failed: reset every stream (as connections would time out).
+            self.log(format!(
+                "heal: attempt {attempt} on journal-{j} did not commit"
+            ));
+            for id in self.net.links() {
+                self.net.break_link(id);
+            }
+            settle().await;
+            self.collect()?;
+            self.appends.clear();
+        }
+        self.fail(format!(
+            "invariant 5: journal-{j} accepts no append after healing"
+        ))
     }
 
     /// One event of the healed world: propagate, allocate, persist, or deliver.
@@ -1142,19 +1180,38 @@ impl Sim {
             return self.fail(e);
         }
         let snap = self.world.keyspace.borrow().latest();
-        for b in 0..self.brokers.len() {
-            for j in 0..self.cfg.journals {
-                let readable = self.read_local(b, j).await?;
-                let (members, primary) = self.route(&snap, j);
-                if primary == Some(b) && self.leads(b, j, &snap) {
-                    let holders = members.into_iter().collect();
+        for j in 0..self.cfg.journals {
+            let mut local = Vec::with_capacity(self.brokers.len());
+            for b in 0..self.brokers.len() {
+                local.push(self.read_local(b, j).await?);
+            }
+            let (members, primary) = self.route(&snap, j);
+            let Some(b) = primary.filter(|&b| self.leads(b, j, &snap)) else {
+                continue;
+            };
+            // Each range readers see is held by every member, except where it is an
+            // acknowledged append whose holder lost its copy since (its lease expired):
+            // that member may be back on the Route, rolled forward past it, holding none
+            // of it (as in Gazette: it is then held by the others until the store has it).
+            for (at, bytes) in &local[b].ranges {
+                let end = *at + bytes.len() as i64;
+                for ((from, to), acked) in self.checker.split_by_acks(j, *at, end) {
+                    let holders = members
+                        .iter()
+                        .copied()
+                        .filter(|m| acked.as_ref().is_none_or(|h| h.contains(m)))
+                        .collect();
                     let seen = checker::Seen {
                         journal: j,
                         broker: b,
                         step: self.step,
                         holders,
                     };
-                    if let Err(e) = self.checker.seen(seen, &readable) {
+                    let piece = bytes.slice((from - at) as usize..(to - at) as usize);
+                    let range = checker::Readable {
+                        ranges: vec![(from, piece)],
+                    };
+                    if let Err(e) = self.checker.seen(seen, &range) {
                         return self.fail(e);
                     }
                 }
@@ -1369,7 +1426,13 @@ fn seeds_to_run() -> Vec<u64> {
         None => {
             let first = env_u64("COURANT_SIM_FIRST").unwrap_or(0);
             let n = env_u64("COURANT_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
-            (first..first + n).collect()
+            let mut seeds: Vec<u64> = (first..first + n).collect();
+            seeds.extend(
+                FOUND_SEEDS
+                    .iter()
+                    .filter(|s| !(first..first + n).contains(s)),
+            );
+            seeds
         }
     }
 }

@@ -181,7 +181,8 @@ impl Net {
         let (in_tx, in_rx) = flume::unbounded();
         let (out_tx, out_rx) = flume::unbounded();
         let (cancel_tx, cancel_rx) = flume::bounded::<()>(1);
-        let task = glommio::spawn_local(async move {
+        // Queued as the server queues a connection's call (`journal::call::spawn_call`).
+        let task = crate::journal::call::queue_call(async move {
             let mut input = CallIn::Remote(in_rx);
             let mut output = CallOut::Remote {
                 tx: out_tx,
@@ -195,7 +196,7 @@ impl Net {
         link.server_out = Some(out_rx);
         link.cancel = Some(cancel_tx);
         link.started = true;
-        st.handlers.entry(to).or_default().push(task);
+        st.handlers.entry(to).or_default().extend(task);
         st.activity += 1;
     }
 

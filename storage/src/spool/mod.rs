@@ -345,6 +345,14 @@ impl Spool {
         self.registers_unknown
     }
 
+    /// Marks the registers as known or not to hold (see [`Spool::registers_unknown`]). The
+    /// primary keeps them unknown across its own proposal, which its spool trivially
+    /// matches, and marks them known once every peer agrees; a cluster broker marks a
+    /// recovered spool's unknown.
+    pub fn set_registers_unknown(&mut self, unknown: bool) {
+        self.registers_unknown = unknown;
+    }
+
     /// Number of uncommitted bytes written past the committed end.
     pub fn delta(&self) -> i64 {
         self.delta
