@@ -454,19 +454,17 @@ pub fn decide_sync(
                     }
                 } else if theirs.end == ours.end && theirs.begin == theirs.end {
                     roll_to = roll_to.max(theirs.end);
-                    // A peer that refuses our empty fragment at its own end differs from us
-                    // only in registers (a roll in place keeps each spool's own): we take
-                    // theirs, or each side would keep its own forever (found by the
-                    // simulator, seed 7409, with neither side's registers marked unknown).
+                    // We take the peer's registers when ours are unknown (a primary
+                    // restarted after kill -9 may propose those of pipelined commits its
+                    // discarded spool forgot), or when it refused our empty fragment at its
+                    // end, so differs from us only in registers (seed 7409). Else each side
+                    // would keep its own at this end forever (a roll in place keeps a
+                    // spool's own registers: Gazette's rule).
                     let refused_in_place = ours.begin == ours.end;
                     if refused_in_place && let Some(theirs) = resp.registers.as_ref() {
                         refusing.push(theirs);
                     }
                     if (ours_unknown || refused_in_place) && roll_registers.is_none() {
-                        // Else both would keep their registers at this end forever (found
-                        // by the simulator once primaries commit before their peers answer:
-                        // a primary restarted after kill -9 proposed the registers of the
-                        // pipelined commits its discarded spool forgot).
                         roll_registers = Some(resp.registers.clone().unwrap_or_default());
                     }
                 } else {

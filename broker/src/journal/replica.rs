@@ -61,20 +61,18 @@ impl Replica {
         // and the pipeline's sync rolls this replica forward to its peers. Fragments
         // completed before it were agreed by a sync. An empty current fragment (a roll's
         // durable begin) keeps its offset: the write head never goes back.
-        let discard = !crate::mutation::active(crate::mutation::Mutation::KeepRecoveredSpool);
-        if discard
-            && core.keyspace.current().cluster
-            && spool.fragment().end > spool.fragment().begin
-        {
-            tracing::info!(
-                journal = %journal,
-                begin = spool.fragment().begin,
-                end = spool.fragment().end,
-                "cluster mode: discarding the recovered spool's unconfirmed content"
-            );
-            spool.discard().await.map_err(crate::errors::storage_err)?;
-        }
-        if discard && core.keyspace.current().cluster {
+        let forget = !crate::mutation::active(crate::mutation::Mutation::KeepRecoveredSpool)
+            && core.keyspace.current().cluster;
+        if forget {
+            if spool.fragment().end > spool.fragment().begin {
+                tracing::info!(
+                    journal = %journal,
+                    begin = spool.fragment().begin,
+                    end = spool.fragment().end,
+                    "cluster mode: discarding the recovered spool's unconfirmed content"
+                );
+                spool.discard().await.map_err(crate::errors::storage_err)?;
+            }
             // Kept or discarded, the recovered registers are of a journal that may have
             // moved on without this broker: its peers' agreement settles them (two spools
             // at one end, each keeping its own, would refuse each other's roll in place
