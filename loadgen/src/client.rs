@@ -278,6 +278,30 @@ pub async fn without_primary(
         .collect())
 }
 
+/// The primary's endpoint of each of `journals` that List shows with a primary in a Route
+/// of more than one member (a cluster). List is no call for the journal itself, so it
+/// places nothing on a broker.
+pub async fn primary_endpoints(
+    channel: &Channel,
+    journals: &[String],
+) -> Result<std::collections::HashMap<String, String>, String> {
+    let wanted: std::collections::HashSet<&String> = journals.iter().collect();
+    Ok(list(channel, "")
+        .await?
+        .into_iter()
+        .filter_map(|j| {
+            let name = j.spec?.name;
+            let route = j.route?;
+            let endpoint = usize::try_from(route.primary)
+                .ok()
+                .filter(|_| route.members.len() > 1)
+                .and_then(|i| route.endpoints.get(i).cloned())
+                .filter(|e| !e.is_empty())?;
+            wanted.contains(&name).then_some((name, endpoint))
+        })
+        .collect())
+}
+
 /// Retries a zero-byte Append until the journal accepts appends (it has a primary and a
 /// full route) or `deadline` passes. Gazette's brokers run the same empty append as their
 /// per-journal "pulse", so it changes nothing in the journal.

@@ -201,6 +201,30 @@ async fn create_only(args: &Args) -> Result<usize, String> {
     }
 }
 
+/// How long setup waits for List to show every journal's primary before probing.
+const LIST_ROUTES_FOR: Duration = Duration::from_secs(2);
+
+/// Each journal's primary endpoint as List shows it (clusters only), polling briefly while
+/// some journal has none yet: journals just created are assigned within milliseconds.
+async fn listed_primaries(
+    control: &Channel,
+    journals: &[String],
+    deadline: Instant,
+) -> Result<std::collections::HashMap<String, String>, String> {
+    let until = deadline.min(Instant::now() + LIST_ROUTES_FOR);
+    loop {
+        let found = client::primary_endpoints(control, journals).await?;
+        if found.len() == journals.len() || Instant::now() >= until {
+            return Ok(found);
+        }
+        // A single node's Routes have one member: nothing to wait for.
+        if found.is_empty() && client::without_primary(control, journals).await?.is_empty() {
+            return Ok(found);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn connect_all(endpoints: &[client::Endpoint], count: usize) -> Result<Vec<Channel>, String> {
     let mut channels = Vec::with_capacity(count);
     for i in 0..count {
@@ -257,18 +281,39 @@ async fn setup(args: &Args) -> Result<Setup, String> {
         );
     }
     let deadline = Instant::now() + args.ready_timeout;
-    let mut probes = JoinSet::new();
-    for (j, journal) in journals.iter().enumerate() {
-        let channel = writer_channels[j % writer_channels.len()].clone();
-        let journal = journal.clone();
-        probes.spawn(async move { (j, client::wait_writable(&channel, &journal, deadline).await) });
-    }
     let mut journal_channels: Vec<Channel> = (0..journals.len())
         .map(|j| writer_channels[j % writer_channels.len()].clone())
         .collect();
     // In a cluster, each journal's appends go straight to its primary, as Gazette's
     // clients with a route cache send them (instead of being proxied by the broker dialed).
     let mut primaries: std::collections::HashMap<String, Vec<Channel>> = Default::default();
+    if !args.no_route {
+        // Routes known from List before the first call: the readiness probe then goes over
+        // the connection the journal's appends will use, as a route-cached client's first
+        // append does.
+        let listed = listed_primaries(control, &journals, deadline).await?;
+        for (j, primary) in journals
+            .iter()
+            .enumerate()
+            .filter_map(|(j, name)| Some((j, listed.get(name)?)))
+        {
+            if !primaries.contains_key(primary) {
+                let endpoint = client::Endpoint::parse(primary)?;
+                primaries.insert(
+                    primary.clone(),
+                    connect_all(&[endpoint], args.connections).await?,
+                );
+            }
+            let channels = &primaries[primary];
+            journal_channels[j] = channels[j % channels.len()].clone();
+        }
+    }
+    let mut probes = JoinSet::new();
+    for (j, journal) in journals.iter().enumerate() {
+        let channel = journal_channels[j].clone();
+        let journal = journal.clone();
+        probes.spawn(async move { (j, client::wait_writable(&channel, &journal, deadline).await) });
+    }
     while let Some(res) = probes.join_next().await {
         let (j, primary) = res.map_err(|e| format!("readiness probe: {e}"))?;
         let Some(primary) = primary? else { continue };

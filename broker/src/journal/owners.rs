@@ -2,7 +2,8 @@
 //!
 //! A journal is placed the first time a call for it arrives, on the core that received
 //! the call (the core owning the client's connection), or, in a cluster, on its hash core
-//! ([`hash_core`]) when this broker pulses it before any call. So a journal's writer,
+//! ([`hash_core`]) when this broker pulses it before any call (a pulse waits a second for
+//! such a call first: `journal::pulse`'s `PLACE_GRACE`). So a journal's writer,
 //! which usually holds one connection, has its appends served on its own core with no
 //! hop between cores; journals spread over the cores as their clients' connections do
 //! (the kernel spreads connections over the cores' listeners). A placement never changes
