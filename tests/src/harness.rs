@@ -83,6 +83,11 @@ impl Broker {
         &self.data_dir
     }
 
+    /// The broker process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// The endpoint the broker advertises in Routes.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)

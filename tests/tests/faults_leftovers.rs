@@ -1,6 +1,7 @@
 //! Leftovers of a broker killed during fragment uploads: the `file://` store's temporary
 //! `.partial-*` files of a dead broker are removed on the next listing after a restart, and
-//! never listed (no "failed to parse fragment" warning for them).
+//! never listed (no "failed to parse fragment" warning for them). A deleted journal's
+//! spool files are closed, not held until the journal is re-created.
 
 use courant_tests::protocol::{FragmentsRequest, FragmentsResponse, Status};
 use courant_tests::*;
@@ -135,6 +136,61 @@ async fn partial_uploads_of_a_killed_broker_are_removed_quietly() {
             !log.contains("failed to parse fragment"),
             "temporary files are skipped quietly:\n{log}"
         );
+    })
+    .await
+}
+
+/// The broker's open descriptors on files under `dir` (Linux `/proc`).
+fn open_files_under(pid: u32, dir: &Path) -> Vec<PathBuf> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect()
+}
+
+/// Deleting journals closes their spool files once no call holds them: a broker whose
+/// journals come and go (consumers' recovery logs, say) does not run out of descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_journals_spool_files_are_closed() {
+    within(60, async {
+        let b = Broker::start(&[]).await;
+        let pid = b.pid().expect("broker running");
+        let spools = b.data_dir().join("spools");
+        let ch = b.connect().await;
+        let names: Vec<String> = (0..4).map(|i| format!("gone/journal-{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        create_journals(&ch, &refs).await;
+        for name in &names {
+            append_ok(&ch, name, b"some content").await;
+        }
+        let open = open_files_under(pid, &spools);
+        assert!(
+            open.len() >= names.len(),
+            "expected each written journal's spool open, saw {open:?}"
+        );
+        for name in &names {
+            let r = apply(&ch, vec![delete(name, -1)]).await.unwrap();
+            assert_status(r.status, Status::Ok, "delete");
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let open = open_files_under(pid, &spools);
+            if open.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "spool files still open 20 s after their journals were deleted: {open:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // A re-created journal opens its spool again and takes appends.
+        create_journals(&ch, &refs[..1]).await;
+        append_ok(&ch, &names[0], b"again").await;
+        assert_serving(&b).await;
     })
     .await
 }
