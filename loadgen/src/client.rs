@@ -278,26 +278,32 @@ pub async fn without_primary(
         .collect())
 }
 
-/// The primary's endpoint of each of `journals` that List shows with a primary in a Route
-/// of more than one member (a cluster). List is no call for the journal itself, so it
-/// places nothing on a broker.
+/// The endpoint of `route`'s primary when the Route has more than one member (a cluster).
+fn cluster_primary(route: &protocol::Route) -> Option<String> {
+    usize::try_from(route.primary)
+        .ok()
+        .filter(|_| route.members.len() > 1)
+        .and_then(|i| route.endpoints.get(i).cloned())
+        .filter(|e| !e.is_empty())
+}
+
+/// Each of `journals` that List shows with a primary, with that primary's endpoint in a
+/// cluster ([`cluster_primary`]). List is no call for the journal itself, so it places
+/// nothing on a broker.
 pub async fn primary_endpoints(
     channel: &Channel,
     journals: &[String],
-) -> Result<std::collections::HashMap<String, String>, String> {
+) -> Result<std::collections::HashMap<String, Option<String>>, String> {
     let wanted: std::collections::HashSet<&String> = journals.iter().collect();
     Ok(list(channel, "")
         .await?
         .into_iter()
         .filter_map(|j| {
             let name = j.spec?.name;
-            let route = j.route?;
-            let endpoint = usize::try_from(route.primary)
-                .ok()
-                .filter(|_| route.members.len() > 1)
-                .and_then(|i| route.endpoints.get(i).cloned())
-                .filter(|e| !e.is_empty())?;
-            wanted.contains(&name).then_some((name, endpoint))
+            let route = j.route.filter(|r| r.primary >= 0)?;
+            wanted
+                .contains(&name)
+                .then(|| (name, cluster_primary(&route)))
         })
         .collect())
 }
@@ -326,12 +332,7 @@ pub async fn wait_writable(
         match result {
             Ok(resp) if resp.status == Status::Ok as i32 => {
                 let route = resp.header.and_then(|h| h.route).unwrap_or_default();
-                let primary = usize::try_from(route.primary)
-                    .ok()
-                    .filter(|_| route.members.len() > 1)
-                    .and_then(|i| route.endpoints.get(i).cloned())
-                    .filter(|e| !e.is_empty());
-                return Ok(primary);
+                return Ok(cluster_primary(&route));
             }
             Ok(resp) => {
                 let retry = [

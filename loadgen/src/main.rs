@@ -205,7 +205,7 @@ async fn create_only(args: &Args) -> Result<usize, String> {
 const LIST_ROUTES_FOR: Duration = Duration::from_secs(2);
 
 /// Each journal's primary endpoint as List shows it (clusters only), polling briefly while
-/// some journal has none yet: journals just created are assigned within milliseconds.
+/// some journal has no primary yet: journals just created are assigned within milliseconds.
 async fn listed_primaries(
     control: &Channel,
     journals: &[String],
@@ -213,16 +213,33 @@ async fn listed_primaries(
 ) -> Result<std::collections::HashMap<String, String>, String> {
     let until = deadline.min(Instant::now() + LIST_ROUTES_FOR);
     loop {
-        let found = client::primary_endpoints(control, journals).await?;
-        if found.len() == journals.len() || Instant::now() >= until {
-            return Ok(found);
-        }
-        // A single node's Routes have one member: nothing to wait for.
-        if found.is_empty() && client::without_primary(control, journals).await?.is_empty() {
-            return Ok(found);
+        let led = client::primary_endpoints(control, journals).await?;
+        if led.len() == journals.len() || Instant::now() >= until {
+            return Ok(led
+                .into_iter()
+                .filter_map(|(name, endpoint)| Some((name, endpoint?)))
+                .collect());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A connection to `primary` for journal number `j`, dialing the primary on first use.
+async fn primary_channel(
+    primaries: &mut std::collections::HashMap<String, Vec<Channel>>,
+    primary: &str,
+    j: usize,
+    args: &Args,
+) -> Result<Channel, String> {
+    if !primaries.contains_key(primary) {
+        let endpoint = client::Endpoint::parse(primary)?;
+        primaries.insert(
+            primary.to_string(),
+            connect_all(&[endpoint], args.connections).await?,
+        );
+    }
+    let channels = &primaries[primary];
+    Ok(channels[j % channels.len()].clone())
 }
 
 async fn connect_all(endpoints: &[client::Endpoint], count: usize) -> Result<Vec<Channel>, String> {
@@ -297,15 +314,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
             .enumerate()
             .filter_map(|(j, name)| Some((j, listed.get(name)?)))
         {
-            if !primaries.contains_key(primary) {
-                let endpoint = client::Endpoint::parse(primary)?;
-                primaries.insert(
-                    primary.clone(),
-                    connect_all(&[endpoint], args.connections).await?,
-                );
-            }
-            let channels = &primaries[primary];
-            journal_channels[j] = channels[j % channels.len()].clone();
+            journal_channels[j] = primary_channel(&mut primaries, primary, j, args).await?;
         }
     }
     let mut probes = JoinSet::new();
@@ -320,15 +329,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
         if args.no_route {
             continue;
         }
-        if !primaries.contains_key(&primary) {
-            let endpoint = client::Endpoint::parse(&primary)?;
-            primaries.insert(
-                primary.clone(),
-                connect_all(&[endpoint], args.connections).await?,
-            );
-        }
-        let channels = &primaries[&primary];
-        journal_channels[j] = channels[j % channels.len()].clone();
+        journal_channels[j] = primary_channel(&mut primaries, &primary, j, args).await?;
     }
 
     let mut heads = vec![0; journals.len()];

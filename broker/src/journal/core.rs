@@ -80,10 +80,10 @@ pub struct Core {
     /// Replicas of journals owned by this core, opened on first use.
     pub replicas: RefCell<HashMap<String, Rc<tokio::sync::OnceCell<Rc<Replica>>>>>,
     /// Replicas of deleted journals (or, in a cluster, journals no longer assigned here),
-    /// kept while a call still holds them, so that a re-created journal's replica opens the
-    /// spool files only after the old one's last append has finished ([`release_retired`]
-    /// drops them, closing their files, once unused).
-    pub retired: RefCell<HashMap<String, Rc<Replica>>>,
+    /// weakly: a re-created journal's replica opens the spool files only after the old one's
+    /// last append has finished, and an old replica no call holds is dropped at once,
+    /// closing its files (held strongly, each kept its descriptors until a re-creation).
+    pub retired: RefCell<HashMap<String, std::rc::Weak<Replica>>>,
     /// This core's view of the fragment stores (served by the control thread).
     pub stores: crate::control::stores::persist::CoreStores,
     /// This core's connections to other brokers.
@@ -116,39 +116,6 @@ pub fn replay_commit_logs(data_dir: &std::path::Path) -> Result<(), String> {
     storage::spool::wal::replay(&data_dir.join("spools"))
         .map(|_| ())
         .map_err(|e| format!("replaying the commit logs of durable mode: {e}"))
-}
-
-/// How often a retired replica is checked for a call still holding it.
-const RETIRED_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Drops the retired replica of `journal` once only [`Core::retired`] holds it: no call can
-/// take its spool any more, so a re-created journal may open the files at once, and its
-/// descriptors close now (before this, every journal deleted or assigned away kept its
-/// spool files open until it was re-created on this core).
-async fn release_retired(
-    core: std::rc::Weak<Core>,
-    journal: String,
-    replica: std::rc::Weak<Replica>,
-) {
-    loop {
-        glommio::timer::sleep(RETIRED_CHECK).await;
-        match replica.strong_count() {
-            // Taken by a re-creation (which waits for it), or gone with the core.
-            0 => return,
-            1 => break,
-            _ => continue,
-        }
-    }
-    let Some(core) = core.upgrade() else { return };
-    let mut retired = core.retired.borrow_mut();
-    if retired
-        .get(&journal)
-        .is_some_and(|held| std::ptr::eq(Rc::as_ptr(held), replica.as_ptr()))
-    {
-        let released = retired.remove(&journal);
-        drop(retired);
-        drop(released);
-    }
 }
 
 impl Core {
@@ -188,7 +155,11 @@ impl Core {
                 let core = self.clone();
                 let name = journal.to_string();
                 async move {
-                    let retired = core.retired.borrow_mut().remove(&name);
+                    let retired = core
+                        .retired
+                        .borrow_mut()
+                        .remove(&name)
+                        .and_then(|old| old.upgrade());
                     if let Some(old) = retired {
                         // The journal was deleted and re-created: an append may still hold
                         // the old replica's spool, so open its files only once that is done.
@@ -250,13 +221,9 @@ impl Core {
                 let cell = self.replicas.borrow_mut().remove(&name);
                 if let Some(replica) = cell.as_ref().and_then(|c| c.get()) {
                     replica.index.borrow_mut().close();
-                    glommio::spawn_local(release_retired(
-                        Rc::downgrade(&self),
-                        name.clone(),
-                        Rc::downgrade(replica),
-                    ))
-                    .detach();
-                    self.retired.borrow_mut().insert(name, replica.clone());
+                    let mut retired = self.retired.borrow_mut();
+                    retired.retain(|_, old| old.strong_count() > 0);
+                    retired.insert(name, Rc::downgrade(replica));
                 }
             }
         }
