@@ -240,6 +240,15 @@ mod tests {
             serde_json::json!({"cap": ALL, "exp": now() + 60}),
         );
         assert!(a.verify(&md(&t384), REPLICATE).unwrap().admits("x", None));
+        // An exclude-only selector still excludes (an empty include admits the rest).
+        let t = token(
+            Algorithm::HS256,
+            serde_json::json!({"cap": ALL, "exp": now() + 60,
+              "sel": {"exclude": {"labels": [{"name": "name", "value": "a/j"}]}}}),
+        );
+        let claims = a.verify(&md(&t), APPEND).unwrap();
+        assert!(!claims.admits("a/j", None));
+        assert!(claims.admits("b/j", None));
         assert_eq!(
             verify_capability(1 << 20, 1 << 17).unwrap_err(),
             "authorization is missing required capability (have 100000000000000000000, but require 100000000000000000)"

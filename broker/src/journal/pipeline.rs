@@ -59,6 +59,10 @@ pub struct Acks {
     broken: Cell<bool>,
     /// The read barrier: resolves once the last turn taken passed (or was dropped).
     tail: Cell<Option<oneshot::Receiver<()>>>,
+    /// The last keyspace revision at which the journal's Route was found to be still
+    /// `route` ([`guard`] resolves the Route again only at a new revision: a snapshot's
+    /// content is that of its revision).
+    verified: Cell<Option<i64>>,
 }
 
 /// The journal's commits awaiting acknowledgements (one per replica, across pipelines): the
@@ -118,8 +122,7 @@ impl Turn {
             // before any replica answered; their answers are left for the next read.
             return Ok(());
         }
-        let route = self.acks.route.clone();
-        let responses = guard(core, journal, &route, self.acks.gather()).await?;
+        let responses = guard(core, journal, &self.acks, self.acks.gather()).await?;
         for (peer, resp) in self.acks.ids.iter().zip(responses) {
             if resp.status != Status::Ok as i32 {
                 return Err(RpcError::unknown(format!(
@@ -223,6 +226,7 @@ impl Pipeline {
             recv: tokio::sync::Mutex::new(recv),
             broken: Cell::new(false),
             tail: Cell::new(None),
+            verified: Cell::new(None),
         });
         Ok(Pipeline {
             route,
@@ -270,12 +274,11 @@ impl Pipeline {
         registers: &LabelSet,
         acknowledge: bool,
     ) -> Result<(), RpcError> {
-        let route = self.route.clone();
-        let journal = proposal.journal.clone();
+        let acks = self.acks.clone();
         guard(
             core,
-            &journal,
-            &route,
+            &proposal.journal,
+            &acks,
             self.propose_inner(proposal, registers, acknowledge),
         )
         .await
@@ -322,8 +325,8 @@ impl Pipeline {
             return Ok(());
         }
         let (head, body) = content_frame(content, delta);
-        let route = self.route.clone();
-        guard(core, journal, &route, self.scatter_parts(&[head, body])).await
+        let acks = self.acks.clone();
+        guard(core, journal, &acks, self.scatter_parts(&[head, body])).await
     }
 
     async fn scatter(&mut self, frame: bytes::Bytes) -> Result<(), RpcError> {
@@ -358,8 +361,7 @@ impl Pipeline {
                 "replication pipeline: an earlier commit round failed",
             ));
         }
-        let route = self.route.clone();
-        let responses = guard(core, &ours.journal, &route, self.acks.gather()).await?;
+        let responses = guard(core, &ours.journal, &self.acks, self.acks.gather()).await?;
         let peers: Vec<Id> = self.peers.iter().map(|p| p.id.clone()).collect();
         let revision = self.header.etcd.map_or(0, |e| e.revision);
         decide_sync(
@@ -508,20 +510,26 @@ pub fn decide_sync(
 
 /// Runs a pipeline operation until it completes or the journal's Route stops matching the
 /// pipeline's (a peer that stalls while the allocator moves on must not hold the append).
+/// The Route is resolved again only for a keyspace snapshot it was not yet checked in (not
+/// on every append), and only if the operation has to wait.
 async fn guard<T>(
     core: &Core,
     journal: &str,
-    route: &Route,
+    acks: &Acks,
     op: impl std::future::Future<Output = Result<T, RpcError>>,
 ) -> Result<T, RpcError> {
     let changed = async {
         let mut rx = core.keyspace.subscribe();
         loop {
             let snap = rx.borrow_and_update().clone();
-            if !equivalent(&resolver::route_of_journal(core, &snap, journal), route) {
-                return Err(RpcError::unknown(
-                    "replication pipeline: the journal's route changed",
-                ));
+            if acks.verified.get() != Some(snap.revision) {
+                let route = resolver::route_of_journal(core, &snap, journal);
+                if !equivalent(&route, &acks.route) {
+                    return Err(RpcError::unknown(
+                        "replication pipeline: the journal's route changed",
+                    ));
+                }
+                acks.verified.set(Some(snap.revision));
             }
             if rx.changed().await.is_err() {
                 return futures_lite::future::pending().await;

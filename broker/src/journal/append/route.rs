@@ -53,7 +53,18 @@ pub(super) async fn update_assignments(
     if !res.snapshot.cluster {
         return Ok(None);
     }
-    let route = res.header.route.clone().unwrap_or_default();
+    let unrouted = protocol::Route::default();
+    let route = res.header.route.as_ref().unwrap_or(&unrouted);
+    let Some(assignments) = res.snapshot.assignments.get(&res.journal) else {
+        return Ok(None);
+    };
+    if assignments
+        .iter()
+        .all(|a| protocol::route::equivalent(&a.value, route))
+    {
+        // Consistent, as on every append after the first of a Route: nothing to build.
+        return Ok(None);
+    }
     let value = protocol::Route {
         members: route.members.clone(),
         primary: route.primary,
@@ -61,17 +72,11 @@ pub(super) async fn update_assignments(
     }
     .encode_to_vec();
     let root = &core.cfg.etcd_prefix;
-    let assignments = res
-        .snapshot
-        .assignments
-        .get(&res.journal)
-        .cloned()
-        .unwrap_or_default();
     let mut compares = Vec::new();
     let mut ops = Vec::new();
-    for a in &assignments {
+    for a in assignments {
         let key = assign_key(root, &res.journal, &a.zone, &a.suffix, a.slot);
-        if !protocol::route::equivalent(&a.value, &route) {
+        if !protocol::route::equivalent(&a.value, route) {
             ops.push(Op::Put {
                 key: key.clone(),
                 value: value.clone().into(),
@@ -82,9 +87,6 @@ pub(super) async fn update_assignments(
             key,
             mod_revision: a.mod_revision,
         });
-    }
-    if ops.is_empty() {
-        return Ok(None);
     }
     let outcome = core
         .keyspace
