@@ -3,11 +3,13 @@
 //! `tokio_util::compat` zeroes the whole unfilled read buffer on every read (futures-io
 //! reads need an initialised slice), which profiles at ~7% of broker CPU under load because
 //! h2 offers large buffers. This adapter initialises at most [`READ_CHUNK`] bytes per read,
-//! and none at all on a plain TCP connection ([`RawRead`]): there it first receives straight
-//! into the buffer's uninitialised tail (the kernel writes it; nothing reads it before), and
-//! only when the socket has nothing goes through the stream's own read, with a small
-//! initialised slice, to wait for readiness. (At max rate the zeroing was still 5% of
-//! broker CPU with the 64 KiB bound.)
+//! and none at all on a plain TCP connection ([`RawRead`]): there it receives straight into
+//! the buffer's uninitialised tail (the kernel writes it; nothing reads it before). After a
+//! short receive (the socket is empty) it arms glommio's readiness poll, and the next read
+//! waits on that poll instead of receiving nothing; a receive that finds the socket empty
+//! arms one too (both through a Courant patch of glommio, `vendor/README.md`). So a
+//! wake-up costs one receive, not a receive plus one or two empty ones. (At max rate the
+//! zeroing was still 5% of broker CPU with the 64 KiB bound.)
 //!
 //! Reads also yield the core ([`poll_read`]): a connection whose socket never runs dry would
 //! otherwise be served by one task that never returns `Pending`, and glommio, being
@@ -32,17 +34,56 @@ use tokio::io::ReadBuf;
 /// Largest read handed to the socket at once.
 const READ_CHUNK: usize = 64 << 10;
 
-/// The slice initialised for a read that waits for readiness after a raw receive found the
-/// socket empty.
-const WAIT_CHUNK: usize = 4 << 10;
-
 /// A stream whose bytes may be received straight from a socket: plain TCP with nothing
-/// buffered in front of it. Others (TLS, a replayed prefix) answer `None`.
+/// buffered in front of it. Others (TLS, a replayed prefix) answer `None`, and are read
+/// through their own `poll_read`.
 pub trait RawRead {
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// Waits until the socket of [`RawRead::raw_fd`] is readable, without receiving (the
+    /// caller has just found it empty); called only when `raw_fd` is `Some`. A wake-up
+    /// may be spurious: the caller receives again.
+    fn poll_readable(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Err(io::Error::other("not a plain socket")))
+    }
+
+    /// After a receive that did not fill its buffer: arms a readiness poll, so that the
+    /// next read can wait for it ([`RawRead::wait_armed`]) instead of receiving nothing.
+    fn arm_readable(&mut self) {}
+
+    /// Whether a readiness poll armed by [`RawRead::arm_readable`] is still pending (then
+    /// the socket had nothing new, and the task is registered to be woken by the poll).
+    fn wait_armed(&mut self, _cx: &mut Context<'_>) -> bool {
+        false
+    }
 }
+
+/// A plain glommio socket: received from directly, and waited on through glommio's
+/// readiness poll without its own receive first (a Courant patch of glommio: that receive
+/// would always find the socket empty, one wasted system call per wake-up).
+impl RawRead for glommio::net::TcpStream {
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(std::os::fd::AsRawFd::as_raw_fd(self))
+    }
+
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        glommio::net::TcpStream::poll_readable(self, cx)
+    }
+
+    fn arm_readable(&mut self) {
+        glommio::net::TcpStream::arm_readable(self)
+    }
+
+    fn wait_armed(&mut self, cx: &mut Context<'_>) -> bool {
+        glommio::net::TcpStream::wait_armed(self, cx)
+    }
+}
+
+/// TLS streams are read through rustls.
+impl<S> RawRead for futures_rustls::server::TlsStream<S> {}
+impl<S> RawRead for futures_rustls::client::TlsStream<S> {}
 
 pub struct Io<T>(pub T);
 
@@ -117,23 +158,42 @@ impl<T: AsyncRead + RawRead + Unpin> tokio::io::AsyncRead for Io<T> {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        let mut n = buf.remaining().min(READ_CHUNK);
+        let n = buf.remaining().min(READ_CHUNK);
         if let Some(fd) = self.0.raw_fd() {
             // SAFETY: the bytes handed out are only written (by the kernel), and only the
             // `read` bytes it wrote are then marked initialised and filled.
             let unfilled = unsafe { buf.unfilled_mut() };
             let len = unfilled.len().min(n);
-            match recv_uninit(fd, &mut unfilled[..len]) {
-                Some(Ok(read)) => {
-                    // SAFETY: recv(2) wrote `read` bytes at the start of the unfilled part.
-                    unsafe { buf.assume_init(read) };
-                    buf.advance(read);
-                    return Poll::Ready(Ok(()));
-                }
-                Some(Err(err)) => return Poll::Ready(Err(err)),
-                None => {
-                    streak_ended();
-                    n = n.min(WAIT_CHUNK)
+            if self.0.wait_armed(cx) {
+                // The last receive emptied the socket, and nothing came since.
+                streak_ended();
+                return Poll::Pending;
+            }
+            loop {
+                match recv_uninit(fd, &mut unfilled[..len]) {
+                    Some(Ok(read)) => {
+                        if read < len && read > 0 {
+                            // The socket is empty now: the next read waits for readiness.
+                            self.0.arm_readable();
+                        }
+                        // SAFETY: recv(2) wrote `read` bytes at the start of the unfilled
+                        // part.
+                        unsafe { buf.assume_init(read) };
+                        buf.advance(read);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Some(Err(err)) => return Poll::Ready(Err(err)),
+                    None => {
+                        streak_ended();
+                        // Pending until the socket is readable (glommio's readiness
+                        // poll wakes the task); Ready only from a stream that answers
+                        // at once, and then the receive is tried again.
+                        match self.0.poll_readable(cx) {
+                            Poll::Ready(Ok(())) => continue,
+                            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                            Poll::Pending => return Poll::Pending,
+                        }
+                    }
                 }
             }
         }
@@ -202,6 +262,54 @@ mod tests {
                 assert!(!executor.need_preempt());
                 assert!(!super::yield_now_due(), "a new streak starts");
             });
+    }
+
+    #[test]
+    fn raw_reads_wait_for_readiness_without_losing_a_wake_up() {
+        use tokio::io::AsyncReadExt;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The writer sends in pieces with pauses, so that reads find the socket empty
+        // (and wait on an armed readiness poll) between them, short reads included.
+        let writer = std::thread::spawn(move || {
+            let (mut peer, _) = listener.accept().unwrap();
+            for i in 0..200u32 {
+                let piece = vec![(i % 251) as u8; 1 + (i as usize * 37) % 3000];
+                peer.write_all(&piece).unwrap();
+                if i % 3 == 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                }
+            }
+        });
+        glommio::LocalExecutorBuilder::default()
+            .make()
+            .expect("executor")
+            .run(async move {
+                let stream = glommio::net::TcpStream::connect(addr).await.unwrap();
+                let mut io = super::Io(stream);
+                let mut got = Vec::new();
+                let read_all = async {
+                    let mut buf = vec![0u8; 1500];
+                    loop {
+                        let n = io.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                };
+                let timeout = async {
+                    glommio::timer::sleep(std::time::Duration::from_secs(20)).await;
+                    panic!("a read never woke up");
+                };
+                futures_lite::future::or(read_all, timeout).await;
+                let want: Vec<u8> = (0..200u32)
+                    .flat_map(|i| vec![(i % 251) as u8; 1 + (i as usize * 37) % 3000])
+                    .collect();
+                assert_eq!(got.len(), want.len());
+                assert!(got == want, "the bytes arrive in order, none lost");
+            });
+        writer.join().unwrap();
     }
 
     use super::recv_uninit;

@@ -76,8 +76,97 @@ pub fn server_config(cfg: &ServeConfig) -> Result<Option<Arc<rustls::ServerConfi
 pub trait PeerStream: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
 impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> PeerStream for T {}
 
-/// Peer connections read through the stream (plain or TLS alike).
-impl crate::io::RawRead for Box<dyn PeerStream> {}
+/// A connection to a peer: a plain glommio socket, which h2's reads receive from directly
+/// ([`crate::io::RawRead`]), or TLS over one.
+pub enum PeerConn {
+    Plain(glommio::net::TcpStream),
+    Tls(Box<dyn PeerStream>),
+}
+
+impl PeerConn {
+    fn get(self: std::pin::Pin<&mut Self>) -> std::pin::Pin<&mut dyn PeerStream> {
+        match self.get_mut() {
+            PeerConn::Plain(s) => std::pin::Pin::new(s),
+            PeerConn::Tls(s) => std::pin::Pin::new(s.as_mut()),
+        }
+    }
+}
+
+impl crate::io::RawRead for PeerConn {
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            PeerConn::Plain(s) => s.raw_fd(),
+            PeerConn::Tls(_) => None,
+        }
+    }
+
+    fn poll_readable(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self {
+            PeerConn::Plain(s) => s.poll_readable(cx),
+            PeerConn::Tls(_) => std::task::Poll::Ready(Err(std::io::Error::other(
+                "a TLS stream is read through rustls",
+            ))),
+        }
+    }
+
+    fn arm_readable(&mut self) {
+        if let PeerConn::Plain(s) = self {
+            s.arm_readable()
+        }
+    }
+
+    fn wait_armed(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        match self {
+            PeerConn::Plain(s) => s.wait_armed(cx),
+            PeerConn::Tls(_) => false,
+        }
+    }
+}
+
+impl futures_lite::AsyncRead for PeerConn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get().poll_read(cx, buf)
+    }
+}
+
+impl futures_lite::AsyncWrite for PeerConn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.get().poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get().poll_flush(cx)
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.get().poll_close(cx)
+    }
+}
 
 static PEER_TLS: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
 
@@ -166,14 +255,14 @@ pub fn peer_addr(endpoint: &str) -> Result<(String, bool), protocol::grpc::RpcEr
 
 /// Wraps a connected socket to the peer at `addr` in TLS when `secure`, verifying the
 /// peer's certificate for its host name.
-pub async fn peer_stream<S: PeerStream + 'static>(
-    stream: S,
+pub async fn peer_stream(
+    stream: glommio::net::TcpStream,
     addr: &str,
     secure: bool,
-) -> Result<Box<dyn PeerStream>, protocol::grpc::RpcError> {
+) -> Result<PeerConn, protocol::grpc::RpcError> {
     use protocol::grpc::RpcError;
     if !secure {
-        return Ok(Box::new(stream));
+        return Ok(PeerConn::Plain(stream));
     }
     let config = PEER_TLS
         .get()
@@ -190,7 +279,7 @@ pub async fn peer_stream<S: PeerStream + 'static>(
         .connect(name, stream)
         .await
         .map_err(|e| RpcError::unavailable(format!("TLS handshake with peer {addr}: {e}")))?;
-    Ok(Box::new(tls))
+    Ok(PeerConn::Tls(Box::new(tls)))
 }
 
 #[cfg(test)]

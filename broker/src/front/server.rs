@@ -340,8 +340,7 @@ async fn serve_connection(
     tls: Option<futures_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-        return serve_stream(core, stream, Some(fd)).await;
+        return serve_stream(core, stream).await;
     };
     // A peer that never finishes its TLS handshake must not hold a connection forever.
     let accepted = future::or(async { Some(acceptor.accept(stream).await) }, async {
@@ -363,20 +362,20 @@ async fn serve_connection(
             let io = Rewind {
                 prefix: bytes::Bytes::new(),
                 inner: stream,
-                raw_fd: None,
             };
             serve_h2(core, io).await
         }
         Some(_) => crate::front::http::serve(core, Box::new(stream), BytesMut::new()).await,
-        None => serve_stream(core, stream, None).await,
+        None => serve_stream(core, stream).await,
     }
 }
 
-/// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x. `raw_fd`
-/// is the socket of a plain TCP stream, which h2's reads may then receive from directly.
-async fn serve_stream<S>(core: Rc<Core>, mut stream: S, raw_fd: Option<std::os::fd::RawFd>)
+/// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x. A plain
+/// TCP stream's socket may then be received from directly by h2's reads
+/// ([`crate::io::RawRead`]).
+async fn serve_stream<S>(core: Rc<Core>, mut stream: S)
 where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
 {
     let Some((is_h2, prefix)) = sniff(&mut stream).await else {
         return;
@@ -388,7 +387,6 @@ where
     let io = Rewind {
         prefix: prefix.freeze(),
         inner: stream,
-        raw_fd,
     };
     serve_h2(core, io).await
 }
@@ -396,7 +394,7 @@ where
 /// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
 async fn serve_h2<S>(core: Rc<Core>, io: Rewind<S>)
 where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
 {
     let io = crate::io::Io(io);
     let handshake = h2::server::Builder::new()
@@ -506,14 +504,25 @@ where
 struct Rewind<S> {
     prefix: bytes::Bytes,
     inner: S,
-    /// The socket under `inner` when it is plain TCP (see [`crate::io::RawRead`]).
-    raw_fd: Option<std::os::fd::RawFd>,
 }
 
-impl<S> crate::io::RawRead for Rewind<S> {
+impl<S: crate::io::RawRead> crate::io::RawRead for Rewind<S> {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         // The replayed prefix comes first.
-        self.raw_fd.filter(|_| self.prefix.is_empty())
+        self.inner.raw_fd().filter(|_| self.prefix.is_empty())
+    }
+
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.inner.poll_readable(cx)
+    }
+
+    fn arm_readable(&mut self) {
+        self.inner.arm_readable()
+    }
+
+    fn wait_armed(&mut self, cx: &mut Context<'_>) -> bool {
+        // The replayed prefix is read first, at once.
+        self.prefix.is_empty() && self.inner.wait_armed(cx)
     }
 }
 

@@ -498,6 +498,30 @@ impl TcpStream {
 }
 
 impl<B: RxBuf> TcpStream<B> {
+    /// Courant patch: waits until the socket is readable, without receiving
+    /// first (the caller has just found it empty with a receive of its own, so
+    /// `poll_read`'s own attempt would be a wasted system call). Pending until
+    /// the task is woken by readiness (or the read timeout); a wake-up may be
+    /// spurious, so the caller receives again, and calls this again if empty.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream.poll_readable(cx)
+    }
+
+    /// Courant patch: for a caller that receives from the socket itself. After
+    /// a receive that did not fill its buffer it calls [`Self::arm_readable`],
+    /// which arms a readiness poll (as `poll_read` does after a partial read);
+    /// while that poll has not completed the socket had nothing new, and this
+    /// registers the task to be woken by it and returns true: the caller waits
+    /// instead of making an empty receive.
+    pub fn wait_armed(&mut self, cx: &mut Context<'_>) -> bool {
+        self.stream.wait_armed(cx)
+    }
+
+    /// Courant patch: see [`Self::wait_armed`].
+    pub fn arm_readable(&mut self) {
+        self.stream.arm_readable()
+    }
+
     /// Sets the read timeout to the timeout specified.
     ///
     /// If the value specified is [`None`], then read calls will block
