@@ -42,15 +42,10 @@ pub trait RawRead {
         None
     }
 
-    /// Waits until the socket of [`RawRead::raw_fd`] is readable, without receiving (the
-    /// caller has just found it empty); called only when `raw_fd` is `Some`. A wake-up
-    /// may be spurious: the caller receives again.
-    fn poll_readable(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Err(io::Error::other("not a plain socket")))
-    }
-
-    /// After a receive that did not fill its buffer: arms a readiness poll, so that the
-    /// next read can wait for it ([`RawRead::wait_armed`]) instead of receiving nothing.
+    /// After a receive that did not fill its buffer or found nothing: arms a readiness
+    /// poll (one already pending is kept), so that the next read waits for it
+    /// ([`RawRead::wait_armed`]) instead of receiving nothing. A stream with a `raw_fd`
+    /// must implement both.
     fn arm_readable(&mut self) {}
 
     /// Whether a readiness poll armed by [`RawRead::arm_readable`] is still pending (then
@@ -66,10 +61,6 @@ pub trait RawRead {
 impl RawRead for glommio::net::TcpStream {
     fn raw_fd(&self) -> Option<RawFd> {
         Some(std::os::fd::AsRawFd::as_raw_fd(self))
-    }
-
-    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        glommio::net::TcpStream::poll_readable(self, cx)
     }
 
     fn arm_readable(&mut self) {
@@ -185,13 +176,12 @@ impl<T: AsyncRead + RawRead + Unpin> tokio::io::AsyncRead for Io<T> {
                     Some(Err(err)) => return Poll::Ready(Err(err)),
                     None => {
                         streak_ended();
-                        // Pending until the socket is readable (glommio's readiness
-                        // poll wakes the task); Ready only from a stream that answers
-                        // at once, and then the receive is tried again.
-                        match self.0.poll_readable(cx) {
-                            Poll::Ready(Ok(())) => continue,
-                            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-                            Poll::Pending => return Poll::Pending,
+                        // Wait for readiness. A poll armed now completes at once if data
+                        // came since the receive (the kernel checks when it is
+                        // submitted); one found completed already is received again.
+                        self.0.arm_readable();
+                        if self.0.wait_armed(cx) {
+                            return Poll::Pending;
                         }
                     }
                 }

@@ -100,18 +100,6 @@ impl crate::io::RawRead for PeerConn {
         }
     }
 
-    fn poll_readable(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self {
-            PeerConn::Plain(s) => s.poll_readable(cx),
-            PeerConn::Tls(_) => std::task::Poll::Ready(Err(std::io::Error::other(
-                "a TLS stream is read through rustls",
-            ))),
-        }
-    }
-
     fn arm_readable(&mut self) {
         if let PeerConn::Plain(s) = self {
             s.arm_readable()

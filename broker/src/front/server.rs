@@ -512,10 +512,6 @@ impl<S: crate::io::RawRead> crate::io::RawRead for Rewind<S> {
         self.inner.raw_fd().filter(|_| self.prefix.is_empty())
     }
 
-    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.inner.poll_readable(cx)
-    }
-
     fn arm_readable(&mut self) {
         self.inner.arm_readable()
     }

@@ -298,31 +298,6 @@ impl<S: AsRawFd> NonBufferedStream<S> {
         Poll::Pending
     }
 
-    /// Courant patch: arms a readiness poll without receiving (no `yolo_recv`
-    /// first), for a caller that has just found the socket empty with a receive
-    /// of its own; the task is woken once it is readable. A readiness poll that
-    /// already completed is stale (the caller's receive took what it announced)
-    /// and is replaced; one still pending is kept. A poll armed now completes at
-    /// once if data came since the caller's receive, so no wake-up is lost. The
-    /// read timeout applies as in `poll_read`.
-    pub(crate) fn poll_readable(&mut self, cx: &Context<'_>) -> Poll<io::Result<()>> {
-        let reactor = self.reactor.upgrade().unwrap();
-        let reactor = reactor.as_ref();
-        poll_err!(self.read_timeout.check(reactor));
-        let stale = self
-            .source_rx
-            .as_ref()
-            .map(|src| src.result().is_some())
-            .unwrap_or(true);
-        if stale {
-            self.source_rx = Some(reactor.poll_read_ready(self.stream.as_raw_fd()));
-        }
-        let source = self.source_rx.as_ref().unwrap();
-        source.add_waiter_single(cx.waker());
-        self.read_timeout.maybe_set_timer(reactor, cx.waker());
-        Poll::Pending
-    }
-
     /// Courant patch: for a caller that receives from the socket itself. After
     /// a receive that did not fill its buffer, the caller arms a readiness poll
     /// (as `poll_read` does after a partial `yolo_recv`); until that poll
@@ -549,15 +524,6 @@ impl<S: AsRawFd, B: RxBuf> GlommioStream<S, B> {
 
     pub(crate) fn stream(&self) -> &S {
         &self.stream.stream
-    }
-
-    /// Courant patch: see `NonBufferedStream::poll_readable`. Only for a stream
-    /// with nothing in its receive buffer.
-    pub(crate) fn poll_readable(&mut self, cx: &Context<'_>) -> Poll<io::Result<()>> {
-        if !self.rx_buf.is_empty() {
-            return Poll::Ready(Ok(()));
-        }
-        self.stream.poll_readable(cx)
     }
 
     /// Courant patch: see `NonBufferedStream::wait_armed`.

@@ -498,18 +498,11 @@ impl TcpStream {
 }
 
 impl<B: RxBuf> TcpStream<B> {
-    /// Courant patch: waits until the socket is readable, without receiving
-    /// first (the caller has just found it empty with a receive of its own, so
-    /// `poll_read`'s own attempt would be a wasted system call). Pending until
-    /// the task is woken by readiness (or the read timeout); a wake-up may be
-    /// spurious, so the caller receives again, and calls this again if empty.
-    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.stream.poll_readable(cx)
-    }
-
-    /// Courant patch: for a caller that receives from the socket itself. After
-    /// a receive that did not fill its buffer it calls [`Self::arm_readable`],
-    /// which arms a readiness poll (as `poll_read` does after a partial read);
+    /// Courant patch: for a caller that receives from the socket itself (so
+    /// that `poll_read`'s own receive would be a wasted system call). After a
+    /// receive that did not fill its buffer, or found nothing, it calls
+    /// [`Self::arm_readable`], which arms a readiness poll (as `poll_read` does
+    /// after a partial read; a completed one is replaced, a pending one kept);
     /// while that poll has not completed the socket had nothing new, and this
     /// registers the task to be woken by it and returns true: the caller waits
     /// instead of making an empty receive.
