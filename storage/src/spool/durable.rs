@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn without_a_gate_there_is_no_ticket() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let (spool, _) = Spool::open(tmp.path(), "a/j", Raw).await.unwrap();
             assert!(spool.sync_ticket().is_none());
@@ -628,7 +628,7 @@ mod tests {
 
     #[test]
     fn one_sync_covers_every_earlier_commit() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let b = SyncBatcher::new(None);
             let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
@@ -655,7 +655,7 @@ mod tests {
 
     #[test]
     fn a_commit_after_a_sync_started_needs_another() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let b = SyncBatcher::new(None);
             let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
@@ -685,7 +685,7 @@ mod tests {
 
     #[test]
     fn journals_of_one_tick_share_a_batch() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let sizes = Rc::new(RefCell::new(Vec::new()));
             let seen = sizes.clone();
@@ -709,7 +709,7 @@ mod tests {
 
     #[test]
     fn a_gate_queued_during_another_gates_sync_does_not_wait_for_it() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let b = SyncBatcher::new(None);
             let mut a = durable_spool(tmp.path(), "a/1", &b).await;
@@ -725,7 +725,8 @@ mod tests {
             let waited = futures_util::future::select(
                 Box::pin(async { Some(tc.wait().await) }),
                 Box::pin(async {
-                    glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+                    // Gate a's sync is held until released below: waiting for it never ends.
+                    glommio::timer::sleep(std::time::Duration::from_secs(30)).await;
                     None
                 }),
             )
@@ -763,7 +764,7 @@ mod tests {
 
     #[test]
     fn a_roll_while_unsynced_is_synced_and_the_log_closed_later() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let b = SyncBatcher::new(None);
             let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
@@ -788,7 +789,7 @@ mod tests {
 
     #[test]
     fn a_failed_sync_refuses_every_waiter_and_poisons_the_spool() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::testing::sync_test_dir();
         run(|| async move {
             let b = SyncBatcher::new(None);
             let mut spool = durable_spool(tmp.path(), "a/j", &b).await;
