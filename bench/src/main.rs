@@ -577,6 +577,13 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     // spools through the same page cache (the first row, Courant's max-100b, measured
     // 2.6-2.8 M rec/s in two full runs right after a build, 4.6-4.7 M alone).
     let _ = std::process::Command::new("sync").status();
+    eprintln!("courant-bench: touching the machine's free memory once (limits::prefault_memory)");
+    let prefault = limits::prefault_memory();
+    eprintln!(
+        "courant-bench:   {:.1} GiB in {:.1} s",
+        prefault.bytes as f64 / (1u64 << 30) as f64,
+        prefault.seconds
+    );
     eprintln!("courant-bench: machine limits");
     let limits = limits::measure(&scratch, profile.limit_s, profile.disk_bytes)
         .map_err(|e| format!("measuring machine limits: {e}"))?;
@@ -623,7 +630,7 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
             let _ = std::fs::write(out_dir.join(&name), report::svg(s));
             name
         });
-    let machine = machine_facts(&load_start, &scratch_root);
+    let machine = machine_facts(&load_start, &scratch_root, &prefault);
     let in_netns = args.inside_netns;
     let ctx = report::Context {
         title: format!("courant-bench results: {} profile", profile.name),
@@ -976,7 +983,11 @@ fn harness_command(args: &Args) -> String {
     s
 }
 
-fn machine_facts(load_start: &str, scratch: &Path) -> Vec<(String, String)> {
+fn machine_facts(
+    load_start: &str,
+    scratch: &Path,
+    prefault: &limits::Prefault,
+) -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
@@ -1011,6 +1022,15 @@ fn machine_facts(load_start: &str, scratch: &Path) -> Vec<(String, String)> {
         (
             "scratch (broker data, disk test)".into(),
             scratch.display().to_string(),
+        ),
+        (
+            "memory touched before the run".into(),
+            format!(
+                "{:.1} GiB in {:.1} s (a fresh VM's host backs each page at its first write; \
+                 see `limits::prefault_memory`)",
+                prefault.bytes as f64 / (1u64 << 30) as f64,
+                prefault.seconds
+            ),
         ),
         (
             "placement".into(),
