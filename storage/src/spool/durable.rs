@@ -272,8 +272,9 @@ impl Job {
     async fn run(&self) -> Result<(), StorageError> {
         #[cfg(test)]
         if let Some(release) = &self.hold {
+            // Yields rather than sleeping on a timer: see `tests::until_in_flight`.
             while !release.get() {
-                glommio::timer::sleep(std::time::Duration::from_micros(100)).await;
+                glommio::executor().yield_now().await;
             }
         }
         #[cfg(test)]
@@ -611,9 +612,13 @@ mod tests {
         spool.sync_ticket().unwrap()
     }
 
+    /// Yields until `gate`'s sync is in flight. It yields instead of sleeping on a timer:
+    /// CI caught these tests' executors asleep in `io_uring_wait_cqes` with no timeout while
+    /// a 100 µs timer loop like this one waited (stops 25 and 26, not diagnosed; see
+    /// ARCHITECTURE.md, "Known gaps"). A yielding task keeps the executor polling its rings.
     async fn until_in_flight(gate: &SyncGate) {
         while gate.in_flight().is_none() {
-            glommio::timer::sleep(std::time::Duration::from_micros(100)).await;
+            glommio::executor().yield_now().await;
         }
     }
 
