@@ -18,8 +18,9 @@ pub(crate) fn run<F: Future<Output = ()>>(f: impl FnOnce() -> F) {
 /// A temporary directory on tmpfs (`/dev/shm`) where the machine has one, else in the
 /// system's temp dir. Tests that time syncs use it: on ext4 an `fdatasync` waits for the
 /// journal's commit, which under a loaded CI (gigabytes of build output being written back)
-/// took seconds and once never returned, failing or hanging tests that check the order of
-/// syncs, not the disk.
+/// can take seconds, failing tests that check the order of syncs, not the disk. (The hang
+/// these tests also showed in CI was not the disk: see `spool::durable`'s
+/// `until_in_flight`.)
 pub(crate) fn sync_test_dir() -> tempfile::TempDir {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir()
