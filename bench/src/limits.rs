@@ -164,6 +164,17 @@ pub struct Prefault {
     pub seconds: f64,
 }
 
+impl Prefault {
+    /// "19.0 GiB in 48.8 s".
+    pub fn describe(&self) -> String {
+        format!(
+            "{:.1} GiB in {:.1} s",
+            self.bytes as f64 / (1u64 << 30) as f64,
+            self.seconds
+        )
+    }
+}
+
 /// Touches most of the machine's available memory once, then frees it.
 ///
 /// On a freshly booted VM the host backs guest memory lazily: the first write to each

@@ -579,11 +579,7 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     let _ = std::process::Command::new("sync").status();
     eprintln!("courant-bench: touching the machine's free memory once (limits::prefault_memory)");
     let prefault = limits::prefault_memory();
-    eprintln!(
-        "courant-bench:   {:.1} GiB in {:.1} s",
-        prefault.bytes as f64 / (1u64 << 30) as f64,
-        prefault.seconds
-    );
+    eprintln!("courant-bench:   {}", prefault.describe());
     eprintln!("courant-bench: machine limits");
     let limits = limits::measure(&scratch, profile.limit_s, profile.disk_bytes)
         .map_err(|e| format!("measuring machine limits: {e}"))?;
@@ -1026,10 +1022,9 @@ fn machine_facts(
         (
             "memory touched before the run".into(),
             format!(
-                "{:.1} GiB in {:.1} s (a fresh VM's host backs each page at its first write; \
-                 see `limits::prefault_memory`)",
-                prefault.bytes as f64 / (1u64 << 30) as f64,
-                prefault.seconds
+                "{} (a fresh VM's host backs each page at its first write; see \
+                 `limits::prefault_memory`)",
+                prefault.describe()
             ),
         ),
         (
