@@ -50,6 +50,10 @@ pub struct CoreMetrics {
     /// The executor's run time (tasks plus I/O polling) and tasks run, sampled each second.
     busy_ns: AtomicU64,
     tasks: AtomicU64,
+    /// Spool summing passes (`storage::spool::summing`) and the writes they summed, sampled
+    /// each second.
+    sum_passes: AtomicU64,
+    sum_writes: AtomicU64,
     /// Messages this core exchanged with other cores for forwarded calls.
     cross_core: AtomicU64,
     /// `--tpc.durable`: spool syncs (one per journal per batch) and sync batches run.
@@ -94,6 +98,8 @@ pub fn register_core(core: usize) {
         completed_err: Default::default(),
         busy_ns: AtomicU64::new(0),
         tasks: AtomicU64::new(0),
+        sum_passes: AtomicU64::new(0),
+        sum_writes: AtomicU64::new(0),
         cross_core: AtomicU64::new(0),
         spool_syncs: AtomicU64::new(0),
         sync_batches: AtomicU64::new(0),
@@ -207,6 +213,9 @@ pub async fn sample_executor() {
             let busy = stats.total_runtime().as_nanos().min(u64::MAX as u128) as u64;
             c.busy_ns.store(busy, Relaxed);
             c.tasks.store(stats.tasks_executed(), Relaxed);
+            let (passes, writes) = storage::spool::summing::passes();
+            c.sum_passes.store(passes, Relaxed);
+            c.sum_writes.store(writes, Relaxed);
         });
         glommio::timer::sleep(EXECUTOR_SAMPLE).await;
     }
@@ -461,6 +470,26 @@ pub fn render() -> String {
     }
 
     type CoreGetter<'a> = &'a dyn Fn(&CoreMetrics) -> u64;
+    let summing: [(&str, &str, CoreGetter); 2] = [
+        (
+            "courant_spool_sum_passes_total",
+            "Passes in which each core computed the SHA-1 sums of its large spool writes \
+             together (storage::spool::summing), sampled each second.",
+            &|c| c.sum_passes.load(Relaxed),
+        ),
+        (
+            "courant_spool_sum_writes_total",
+            "Spool writes whose sums those passes computed: writes per pass is how many \
+             writes shared one (sampled each second).",
+            &|c| c.sum_writes.load(Relaxed),
+        ),
+    ];
+    for (name, help, get) in summing {
+        family(&mut out, name, "counter", help);
+        for c in &cores {
+            sample(&mut out, name, &[("core", &c.core.to_string())], get(c));
+        }
+    }
     let durable: [(&str, &str, CoreGetter); 5] = [
         (
             "courant_spool_syncs_total",

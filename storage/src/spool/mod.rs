@@ -61,6 +61,7 @@ use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
 pub mod durable;
+pub mod summing;
 pub mod wal;
 pub use durable::{SyncBatcher, SyncGate, SyncTicket};
 pub use wal::Wal;
@@ -438,12 +439,16 @@ impl Spool {
             return Err(e);
         }
         self.dirs_dirty |= creates;
-        match also {
-            Some(other) => Summer::update_pair(&mut self.pending_sum, other, content),
-            None => self.pending_sum.update(content),
+        self.written_len = self.written_len.max(pos + content.len() as u64);
+        // May yield (a batch with the core's other writes): until it returns, nothing of
+        // this write is adopted, so a caller dropped meanwhile leaves the spool as a failed
+        // write does.
+        let (pending, other) = summing::sum(&self.pending_sum, also.as_deref(), content).await;
+        self.pending_sum = pending;
+        if let (Some(also), Some(other)) = (also, other) {
+            *also = other;
         }
         self.delta += content.len() as i64;
-        self.written_len = self.written_len.max(pos + content.len() as u64);
         if let Some(wal) = self.gate.as_ref().and_then(SyncGate::wal)
             && !self.wal_overflow
         {
