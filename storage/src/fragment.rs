@@ -155,6 +155,37 @@ pub(crate) async fn open_rw(path: &Path, create: bool) -> std::io::Result<Buffer
     Ok(options.buffered_open(path).await?)
 }
 
+/// A reservation covers at least this much past the write that makes it...
+const RESERVE_MIN: u64 = 256 << 10;
+/// ...and at most this much (otherwise as much again as the file holds).
+const RESERVE_MAX: u64 = 16 << 20;
+
+/// Reserves the file's blocks ahead of a write ending at `end` (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`: the file's length does not change, so readers and recovery see
+/// nothing of it), once `end` passes `reserved`. A write into reserved blocks skips the
+/// file system's per-block delayed allocation (on ext4 about a quarter of a large
+/// `pwrite`'s CPU). A completed spool's `truncate` frees what lies past its end. Where the
+/// file system refuses (or the disk is full), `reserved` becomes `None` and writes go on
+/// without reservations.
+pub(crate) fn reserve(file: &BufferedFile, reserved: &mut Option<u64>, end: u64) {
+    use std::os::fd::AsRawFd;
+    let Some(have) = *reserved else { return };
+    if end <= have {
+        return;
+    }
+    let to = end + end.clamp(RESERVE_MIN, RESERVE_MAX);
+    let (Ok(at), Ok(len)) = (
+        libc::off_t::try_from(have),
+        libc::off_t::try_from(to - have),
+    ) else {
+        *reserved = None;
+        return;
+    };
+    // SAFETY: `fd` stays open while `file` is borrowed; fallocate reads no memory.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) };
+    *reserved = (rc == 0).then_some(to);
+}
+
 /// Writes all of `content` at `pos`, resubmitting after short writes.
 ///
 /// A plain `pwrite(2)` on the core's own thread, not an io_uring request: ext4 cannot take

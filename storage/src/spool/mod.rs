@@ -55,7 +55,7 @@ use protocol::{CompressionCodec, Fragment, LabelSet};
 use sha1::{Digest, Sha1};
 
 use crate::StorageError;
-use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, write_all};
+use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, reserve, write_all};
 use crate::record::{self, CommitRecord};
 use crate::summer::Summer;
 use protocol::sum::zero_sum;
@@ -135,6 +135,9 @@ pub struct Spool {
     /// Furthest file position ever written (may exceed the committed length
     /// after a rollback).
     written_len: u64,
+    /// File position up to which the content file's blocks are reserved ahead of writes
+    /// (`fragment::reserve`); `None` where the file system refused a reservation.
+    reserved: Option<u64>,
     /// Whether directory entries were created since the last `sync`.
     dirs_dirty: bool,
     /// The registers are not known to hold at `begin` (after [`Spool::discard`], which
@@ -282,6 +285,7 @@ impl Spool {
             committed_sum: Summer::new(),
             pending_sum: Summer::new(),
             written_len: 0,
+            reserved: Some(0),
             dirs_dirty: true,
             registers_unknown: false,
             log_tail_dirty: false,
@@ -313,6 +317,7 @@ impl Spool {
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
             written_len,
+            reserved: Some(written_len),
             dirs_dirty: true,
             registers_unknown: false,
             log_tail_dirty: false,
@@ -416,8 +421,10 @@ impl Spool {
         let fail = self.fail_next.take_if(|f| *f == FailNext::Write).is_some();
         #[cfg(not(test))]
         let fail = false;
+        let mut reserved = self.reserved;
         let result = async {
             let handle = file.get_or_create().await?;
+            reserve(handle, &mut reserved, pos + content.len() as u64);
             if fail {
                 let half = content.get(..content.len() / 2).unwrap_or_default();
                 write_all(handle, half, pos)
@@ -430,6 +437,7 @@ impl Spool {
                 .map_err(|e| StorageError::io("writing", file.path(), e))
         }
         .await;
+        self.reserved = reserved;
         if let Err(e) = result {
             // Nothing is adopted: the next write goes to the same position, over whatever
             // part of this one reached the file, and a completed fragment is cut to its end.
@@ -919,8 +927,10 @@ impl Spool {
             }
             return None;
         }
-        // Cut rolled-back bytes so the file holds exactly the fragment.
-        if self.written_len > content_len
+        // Cut rolled-back bytes so the file holds exactly the fragment (which also frees
+        // the blocks reserved past its end).
+        let reserved_past = self.reserved.is_some_and(|r| r > content_len);
+        if (self.written_len > content_len || reserved_past)
             && let Some(file) = self.file.get()
             && let Err(e) = file.truncate(content_len).await
         {

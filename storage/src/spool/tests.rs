@@ -604,3 +604,49 @@ fn large_content_rehash() {
         assert_eq!(spool.fragment(), &committed);
     });
 }
+
+/// Writes reserve the content file's blocks ahead of them without changing its length, and
+/// the completed fragment frees what lies past its end.
+#[test]
+fn reserved_blocks_are_freed_at_completion() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        let content: Vec<u8> = (0..100_000).map(|i| (i % 251) as u8).collect();
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        spool
+            .write(&Bytes::copy_from_slice(&content))
+            .await
+            .unwrap();
+        spool.commit(LabelSet::default()).await.unwrap();
+        let path = spool.file().path().to_owned();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            meta.len(),
+            content.len() as u64,
+            "a reservation keeps the length"
+        );
+        if spool.reserved.is_none() {
+            eprintln!("this file system refuses reservations: nothing more to check");
+            return;
+        }
+        // 512-byte blocks: the reservation reaches at least 256 KiB past the write.
+        assert!(
+            meta.blocks() * 512 >= content.len() as u64 + (256 << 10),
+            "{meta:?}"
+        );
+        let done = spool
+            .roll(content.len() as i64, Raw)
+            .await
+            .unwrap()
+            .unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), content.len() as u64);
+        assert!(
+            meta.blocks() * 512 < content.len() as u64 + 8192,
+            "{meta:?}"
+        );
+        assert_eq!(read_all(&done.file, &done.fragment).await, content);
+    });
+}
