@@ -11,7 +11,8 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use std::fmt;
 use std::future::poll_fn;
 use std::time::Duration;
@@ -327,16 +328,23 @@ pub fn status_from_headers(headers: &HeaderMap) -> Option<Result<(), RpcError>> 
     Some(Err(RpcError::new(code, message)))
 }
 
+/// Response header names and values, built once rather than parsed per call.
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+const APPLICATION_GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+const IDENTITY: HeaderValue = HeaderValue::from_static("identity");
+
 fn status_headers(map: &mut HeaderMap, outcome: &Result<(), RpcError>) {
     let (code, message) = match outcome {
         Ok(()) => (0u32, None),
         Err(err) => (err.code as u32, Some(encode_grpc_message(&err.message))),
     };
-    map.insert("grpc-status", HeaderValue::from(code));
+    map.insert(GRPC_STATUS, HeaderValue::from(code));
     if let Some(message) = message
         && let Ok(v) = HeaderValue::from_str(&message)
     {
-        map.insert("grpc-message", v);
+        map.insert(GRPC_MESSAGE, v);
     }
 }
 
@@ -528,13 +536,11 @@ impl Outbound {
 
     fn start(&mut self) -> Result<&mut FrameSender, RpcError> {
         if self.sender.is_none() {
-            let mut resp = Response::builder()
-                .status(200)
-                .header("content-type", "application/grpc")
-                .header("grpc-accept-encoding", "identity")
-                .body(())
-                .expect("static response headers are valid");
-            resp.headers_mut().extend(std::mem::take(&mut self.headers));
+            let mut resp = Response::new(());
+            let headers = resp.headers_mut();
+            headers.insert(CONTENT_TYPE, APPLICATION_GRPC);
+            headers.insert(GRPC_ACCEPT_ENCODING, IDENTITY);
+            headers.extend(std::mem::take(&mut self.headers));
             let send = self.respond.send_response(resp, false)?;
             self.sender = Some(FrameSender::new(send));
         }
@@ -556,14 +562,11 @@ impl Outbound {
                 let _ = sender.send_trailers(&outcome);
             }
             None => {
-                let mut builder = Response::builder()
-                    .status(200)
-                    .header("content-type", "application/grpc");
-                if let Some(h) = builder.headers_mut() {
-                    h.extend(std::mem::take(&mut self.headers));
-                    status_headers(h, &outcome);
-                }
-                let resp = builder.body(()).expect("status headers are valid");
+                let mut resp = Response::new(());
+                let h = resp.headers_mut();
+                h.insert(CONTENT_TYPE, APPLICATION_GRPC);
+                h.extend(std::mem::take(&mut self.headers));
+                status_headers(h, &outcome);
                 let _ = self.respond.send_response(resp, true);
             }
         }
