@@ -143,6 +143,36 @@ pub fn ctx_switches(pid: u32) -> Option<u64> {
     Some(total)
 }
 
+/// Threads of process `pid` in uninterruptible sleep (state `D`: blocked in the kernel, on
+/// a disk, the file system's journal or dirty-page throttling) now, each as
+/// "`comm` in `wchan`".
+pub fn blocked_threads(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // The state is the first field after the parenthesised command name.
+        let state = stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3));
+        if state != Some("D") {
+            continue;
+        }
+        let read = |name: &str| {
+            std::fs::read_to_string(task.path().join(name)).map(|s| s.trim().to_string())
+        };
+        let comm = read("comm").unwrap_or_default();
+        let wchan = read("wchan").unwrap_or_default();
+        out.push(format!(
+            "{comm} in {}",
+            if wchan.is_empty() { "?" } else { &wchan }
+        ));
+    }
+    out
+}
+
 /// Thread ids of process `pid`'s io_uring worker threads (io-wq, named `iou-wrk-*`)
 /// alive now.
 pub fn io_wq_threads(pid: u32) -> Vec<u32> {

@@ -110,6 +110,10 @@ pub struct Cost {
     pub cross_core_msgs: Option<f64>,
     /// Distinct io-wq worker threads seen in the brokers during the window (sampled).
     pub io_wq_threads: Option<usize>,
+    /// Samples of the brokers' threads taken in the window (about every 50 ms), and of
+    /// those, how often each thread was found blocked in the kernel (`procs::blocked_threads`).
+    pub samples: u32,
+    pub blocked: Vec<(String, u32)>,
 }
 
 /// Samples of what [`Cost`] counts, at the start of a window, then during it.
@@ -120,6 +124,8 @@ pub struct CostProbe {
     ctx0: Option<u64>,
     cross0: Option<f64>,
     io_wq: std::collections::BTreeSet<(u32, u32)>,
+    samples: u32,
+    blocked: std::collections::BTreeMap<String, u32>,
 }
 
 impl CostProbe {
@@ -131,16 +137,23 @@ impl CostProbe {
             ctx0: sum_each(pids, procs::ctx_switches),
             cross0: procs::scrape_counter(address, CROSS_CORE_COUNTER),
             io_wq: Default::default(),
+            samples: 0,
+            blocked: Default::default(),
         };
         probe.observe();
         probe
     }
 
-    /// Notes the io-wq workers alive now (call often: they come and go).
+    /// Notes the io-wq workers alive now (call often: they come and go) and the threads
+    /// blocked in the kernel now.
     pub fn observe(&mut self) {
+        self.samples += 1;
         for &pid in &self.pids {
             for tid in procs::io_wq_threads(pid) {
                 self.io_wq.insert((pid, tid));
+            }
+            for thread in procs::blocked_threads(pid) {
+                *self.blocked.entry(thread).or_default() += 1;
             }
         }
     }
@@ -157,9 +170,14 @@ impl CostProbe {
             ctx_switches: self.ctx0.zip(ctx1).map(|(a, b)| b.saturating_sub(a) as f64),
             cross_core_msgs: self.cross0.zip(cross1).map(|(a, b)| (b - a).max(0.0)),
             io_wq_threads: Some(self.io_wq.len()),
+            samples: self.samples,
+            blocked: self.blocked.iter().map(|(t, n)| (t.clone(), *n)).collect(),
         }
     }
 }
+
+/// Samples a thread must be seen blocked in before a run warns of it.
+const BLOCKED_SAMPLES_MIN: u32 = 3;
 
 /// Courant's counter of messages between cores.
 const CROSS_CORE_COUNTER: &str = "courant_cross_core_messages_total";
@@ -169,6 +187,33 @@ fn sum_each(pids: &[u32], f: fn(u32) -> Option<u64>) -> Option<u64> {
 }
 
 impl Cost {
+    /// A warning naming the brokers' threads found blocked in the kernel in the window, if
+    /// any: a thread-per-core broker's core that blocks stalls every journal it owns.
+    pub fn blocked_warning(&self) -> Option<String> {
+        // io_uring's workers block by design (a durable mode's syncs); a thread seen blocked
+        // in one or two samples waited less than about 0.1 s.
+        let mut seen: Vec<&(String, u32)> = self
+            .blocked
+            .iter()
+            .filter(|(thread, n)| *n >= BLOCKED_SAMPLES_MIN && !thread.starts_with("iou-wrk"))
+            .collect();
+        if seen.is_empty() {
+            return None;
+        }
+        seen.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let list: Vec<String> = seen
+            .iter()
+            .take(4)
+            .map(|(thread, n)| format!("{thread} ({n})"))
+            .collect();
+        Some(format!(
+            "broker threads blocked in the kernel (state D), in how many of {} samples taken \
+             about every 50 ms: {}",
+            self.samples,
+            list.join(", ")
+        ))
+    }
+
     fn appends_in_window(&self) -> Option<f64> {
         self.appends_per_s
             .map(|a| a * self.window_s)
@@ -350,6 +395,7 @@ pub fn loadgen(
     let mut m = from_loadgen_json(&report);
     if let Some(mut cost) = ended {
         cost.appends_per_s = report["courant"]["appendsPerSecond"].as_f64();
+        m.problems.extend(cost.blocked_warning());
         m.cost = cost;
     }
     m.command = command;
@@ -506,6 +552,7 @@ pub fn appendsvc(
     };
     let mut m = from_appendsvc_json(&v);
     cost.appends_per_s = v["appendsPerSecond"].as_f64();
+    m.problems.extend(cost.blocked_warning());
     m.cost = cost;
     m.command = command;
     m.json = Some(json.to_path_buf());
@@ -583,6 +630,33 @@ fn wait_output(mut child: std::process::Child, limit: Duration) -> Option<String
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Only threads seen blocked in several samples are named, io_uring's workers never,
+    /// the longest blocked first.
+    #[test]
+    fn blocked_threads_are_named_in_a_warning() {
+        let mut cost = Cost {
+            samples: 100,
+            blocked: vec![
+                ("courant-core-0 in jbd2_log_wait_commit".into(), 2),
+                ("iou-wrk-123 in ext4_sync_file".into(), 90),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(cost.blocked_warning(), None);
+        cost.blocked
+            .push(("courant-core-1 in balance_dirty_pages".into(), 3));
+        cost.blocked
+            .push(("courant-core-0 in folio_wait_bit".into(), 40));
+        assert_eq!(
+            cost.blocked_warning().as_deref(),
+            Some(
+                "broker threads blocked in the kernel (state D), in how many of 100 samples \
+                 taken about every 50 ms: courant-core-0 in folio_wait_bit (40), \
+                 courant-core-1 in balance_dirty_pages (3)"
+            )
+        );
+    }
 
     #[test]
     fn figures_come_from_the_loadgen_report() {
