@@ -451,11 +451,7 @@ impl Spool {
         // May yield (a batch with the core's other writes): until it returns, nothing of
         // this write is adopted, so a caller dropped meanwhile leaves the spool as a failed
         // write does.
-        let (pending, other) = summing::sum(&self.pending_sum, also.as_deref(), content).await;
-        self.pending_sum = pending;
-        if let (Some(also), Some(other)) = (also, other) {
-            *also = other;
-        }
+        summing::sum(&mut self.pending_sum, also, content).await;
         self.delta += content.len() as i64;
         if let Some(wal) = self.gate.as_ref().and_then(SyncGate::wal)
             && !self.wal_overflow

@@ -39,25 +39,21 @@ thread_local! {
     static PASSES: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
 
-/// `spool` and `also` (when given) with `content` added, summed in a batch with the other
+/// Adds `content` to `spool` and `also` (when given), summed in a batch with the other
 /// writes of this thread made ready in the same executor turn (content of at least
-/// [`MIN_BATCHED`] bytes), or at once.
-pub async fn sum(
-    spool: &Summer,
-    also: Option<&Summer>,
-    content: &Bytes,
-) -> (Summer, Option<Summer>) {
-    let (mut a, mut b) = (spool.clone(), also.cloned());
+/// [`MIN_BATCHED`] bytes), or at once. Both are updated only when it returns: a caller
+/// dropped while it yields leaves them as they were.
+pub async fn sum(spool: &mut Summer, also: Option<&mut Summer>, content: &Bytes) {
     if content.len() < MIN_BATCHED {
-        match &mut b {
-            Some(b) => Summer::update_pair(&mut a, b, content),
-            None => a.update(content),
+        match also {
+            Some(also) => Summer::update_pair(spool, also, content),
+            None => spool.update(content),
         }
-        return (a, b);
+        return;
     }
     let job = Rc::new(Job {
         content: content.clone(),
-        sums: RefCell::new((a, b)),
+        sums: RefCell::new((spool.clone(), also.as_deref().cloned())),
         done: Cell::new(false),
     });
     QUEUE.with(|q| q.borrow_mut().push(Rc::clone(&job)));
@@ -66,7 +62,11 @@ pub async fn sum(
         sum_queued();
     }
     debug_assert!(job.done.get(), "a summing pass took every queued job");
-    job.sums.take()
+    let (a, b) = job.sums.take();
+    *spool = a;
+    if let (Some(also), Some(b)) = (also, b) {
+        *also = b;
+    }
 }
 
 /// Sums every queued job in one pass of up to `MAX_LANES` interleaved streams.
@@ -125,8 +125,9 @@ mod tests {
                     tasks.push(glommio::spawn_local(async move {
                         let mut spool = Summer::new();
                         spool.update(&[k as u8; 13][..k]);
-                        let also = (k % 2 == 0).then(Summer::new);
-                        sum(&spool, also.as_ref(), &body).await
+                        let mut also = (k % 2 == 0).then(Summer::new);
+                        sum(&mut spool, also.as_mut(), &body).await;
+                        (spool, also)
                     }));
                 }
                 for (k, task) in tasks.into_iter().enumerate() {
@@ -146,8 +147,8 @@ mod tests {
                 assert_eq!(summed - before_summed, 5);
                 // Short content is summed at once, outside any pass.
                 let short = content(100, 7);
-                let (s, also) = sum(&Summer::new(), None, &short).await;
-                assert!(also.is_none());
+                let mut s = Summer::new();
+                sum(&mut s, None, &short).await;
                 assert_eq!(s.digest(), <[u8; 20]>::from(Sha1::digest(&short)));
                 assert_eq!(passes().0, after);
             })
@@ -165,12 +166,13 @@ mod tests {
                 let body = content(MIN_BATCHED, 1);
                 let dropped = glommio::spawn_local({
                     let body = body.clone();
-                    async move { sum(&Summer::new(), None, &body).await }
+                    async move { sum(&mut Summer::new(), None, &body).await }
                 });
                 // Let it queue its job and yield, then drop it.
                 glommio::executor().yield_now().await;
                 drop(dropped);
-                let (s, _) = sum(&Summer::new(), None, &body).await;
+                let mut s = Summer::new();
+                sum(&mut s, None, &body).await;
                 assert_eq!(s.digest(), <[u8; 20]>::from(Sha1::digest(&body)));
                 assert!(QUEUE.with(|q| q.borrow().is_empty()));
             })
