@@ -304,8 +304,8 @@ pub fn loadgen_open50(sweep: &Scenario) -> Scenario {
     let params = format!(
         "The `sweep` point at half of Gazette's `max-100b` rate of this run (the same \
          measurement, not a second run). An append leaves at the intended time of its last \
-         record, so a record waits up to the sweep's linger (1 ms) for its batch: this \
-         row's p99 is about 0.99 ms or more for any broker. {}",
+         record, so a record waits up to the sweep's linger (below) for its batch: this \
+         row's p99 is about that linger or more for any broker. {}",
         sweep.params
     );
     let mut s = one_row(
