@@ -216,6 +216,11 @@ impl CoreStores {
         }
     }
 
+    /// The first of [`CoreStores::stores_of`], borrowed (an append checks its health).
+    pub fn first_store_of<'a>(&'a self, spec: &'a protocol::JournalSpec) -> Option<&'a str> {
+        first_store(spec, &self.default_store)
+    }
+
     /// The stores of a journal's spec, or the default store when it names none.
     pub fn stores_of(&self, spec: &protocol::JournalSpec) -> Vec<String> {
         let stores = spec
@@ -663,5 +668,44 @@ async fn check_loop(active: Arc<ActiveStore>) {
             h.error = result.err().map(|e| e.message);
         });
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// The first store of `spec`, else `default_store` unless it is empty.
+fn first_store<'a>(spec: &'a protocol::JournalSpec, default_store: &'a str) -> Option<&'a str> {
+    match spec.fragment.as_ref().and_then(|f| f.stores.first()) {
+        Some(store) => Some(store),
+        None if default_store.is_empty() => None,
+        None => Some(default_store),
+    }
+}
+
+#[cfg(test)]
+mod first_store_tests {
+    use super::first_store;
+    use protocol::JournalSpec;
+    use protocol::journal_spec::Fragment;
+
+    fn spec(stores: &[&str]) -> JournalSpec {
+        JournalSpec {
+            fragment: Some(Fragment {
+                stores: stores.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_spec_first_then_the_default() {
+        let both = spec(&["s3://a/", "gs://b/"]);
+        assert_eq!(first_store(&both, "file:///d/"), Some("s3://a/"));
+        assert_eq!(first_store(&spec(&[]), "file:///d/"), Some("file:///d/"));
+        assert_eq!(first_store(&spec(&[]), ""), None);
+        assert_eq!(first_store(&JournalSpec::default(), ""), None);
+        assert_eq!(
+            first_store(&JournalSpec::default(), "file:///d/"),
+            Some("file:///d/")
+        );
     }
 }

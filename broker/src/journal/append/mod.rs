@@ -37,6 +37,7 @@ use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::{AppendRequest, AppendResponse, JournalSpec, LabelSet, Route, Status};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use storage::spool::Spool;
 use stream::{Record, StreamCtx};
@@ -254,7 +255,10 @@ impl Driver<'_> {
         let core = self.core;
         let outcome = match state {
             State::AcquirePipeline { .. } => return self.resolve().await,
-            State::StartPipeline => return Event::Kept(held.take_kept(&self.route())),
+            State::StartPipeline => {
+                let route = self.res().header.route.as_ref();
+                return Event::Kept(held.take_kept(route.unwrap_or(&Route::default())));
+            }
             State::OpenPipeline => Box::pin(self.open_pipeline(held))
                 .await
                 .map(|()| Event::Done),
@@ -332,19 +336,26 @@ impl Driver<'_> {
     }
 
     async fn resolve(&mut self) -> Event {
-        match route::resolve(self.core, &self.req).await {
-            Ok(res) => {
-                let facts = Resolved {
-                    status: res.status,
-                    local: res.local,
-                    revision: res.snapshot.revision,
-                    resumes: self.req.suspend == SuspendMode::Resume as i32,
-                };
-                self.res = Some(res);
-                Event::Resolved(facts)
+        // A resolution is a pure function of the keyspace snapshot and the request: while
+        // the core's snapshot is still the one the last resolution read (the usual case when
+        // the spool is acquired), resolving again would rebuild the same Resolution.
+        let reuse = self
+            .res
+            .as_ref()
+            .is_some_and(|res| Arc::ptr_eq(&res.snapshot, &self.core.keyspace.current()));
+        if !reuse {
+            match route::resolve(self.core, &self.req).await {
+                Ok(res) => self.res = Some(res),
+                Err(err) => return Event::Failed(err),
             }
-            Err(err) => Event::Failed(err),
         }
+        let res = self.res();
+        Event::Resolved(Resolved {
+            status: res.status,
+            local: res.local,
+            revision: res.snapshot.revision,
+            resumes: self.req.suspend == SuspendMode::Resume as i32,
+        })
     }
 
     /// The latest resolution.
@@ -355,10 +366,6 @@ impl Driver<'_> {
     /// The journal's spec.
     fn spec(&self) -> &JournalSpec {
         spec_of(&self.res)
-    }
-
-    fn route(&self) -> Route {
-        self.res().header.route.clone().unwrap_or_default()
     }
 
     fn next_registers(&self) -> LabelSet {
@@ -385,10 +392,10 @@ impl Driver<'_> {
     /// The journal's first store must be healthy, and its stores listed at least once.
     async fn await_index(&mut self, held: &Held<'_>) -> Event {
         self.acquired = Instant::now();
-        let first_store = self.core.stores.stores_of(self.spec()).into_iter().next();
+        let first_store = self.core.stores.first_store_of(self.spec());
         if let Some(first_store) = first_store
             && let Err(error) =
-                crate::journal::store_health::await_healthy(self.core, &first_store).await
+                crate::journal::store_health::await_healthy(self.core, first_store).await
         {
             return Event::StoreUnhealthy(error);
         }
