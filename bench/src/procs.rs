@@ -120,27 +120,57 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some((utime + stime) / ticks)
 }
 
+/// Sums `count(contents)` of file `file` over the live threads of process `pid`
+/// (`/proc/PID/task/*/<file>`; threads that exited are not counted).
+fn sum_over_threads(pid: u32, file: &str, count: impl Fn(&str) -> u64) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join(file)).ok())
+            .map(|contents| count(&contents))
+            .sum(),
+    )
+}
+
+/// CPU time in nanoseconds of the live threads of process `pid` (`schedstat`, nanosecond
+/// resolution where `cpu_seconds` counts 10 ms ticks).
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    // First field: time spent on the CPU, in nanoseconds.
+    sum_over_threads(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// The machine's steal time so far, in nanoseconds (`/proc/stat`: time the hypervisor ran
+/// something else while this VM's CPUs wanted to run), summed over its CPUs.
+pub fn steal_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // cpu user nice system idle iowait irq softirq steal ...
+    let steal: u64 = cpu.split_whitespace().nth(8)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).ok().filter(|t| *t > 0)?;
+    Some(steal * (1_000_000_000 / ticks))
+}
+
 /// Context switches (voluntary and involuntary) of the live threads of process `pid`
 /// (threads that exited, such as io-wq workers that came and went, are not counted).
 pub fn ctx_switches(pid: u32) -> Option<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
-            continue;
-        };
-        for line in status.lines() {
-            if let Some(v) = line
-                .strip_prefix("voluntary_ctxt_switches:")
-                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-            {
-                total += v.trim().parse::<u64>().unwrap_or(0);
-            }
-        }
-    }
-    Some(total)
+    sum_over_threads(pid, "status", |status| {
+        status
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .map(|v| v.trim().parse::<u64>().unwrap_or(0))
+            .sum()
+    })
 }
 
 /// Threads of process `pid` in uninterruptible sleep (state `D`: blocked in the kernel, on
@@ -269,6 +299,15 @@ mod tests {
     fn own_threads_and_counters_are_read() {
         assert!(ctx_switches(std::process::id()).unwrap() > 0);
         assert!(io_wq_threads(std::process::id()).is_empty());
+        // CPU time only grows: spin until this thread has used some more.
+        let before = cpu_ns(std::process::id()).unwrap();
+        let mut after = before;
+        while after <= before {
+            std::hint::black_box((0..10_000u64).sum::<u64>());
+            after = cpu_ns(std::process::id()).unwrap();
+        }
+        assert_eq!(cpu_ns(u32::MAX), None);
+        assert!(steal_ns().is_some());
         let text = "# TYPE x counter\nx{core=\"0\"} 3\nx{core=\"1\"} 4\nx_other 9\nx 1\n";
         assert_eq!(sum_counter(text, "x"), Some(8.0));
         assert_eq!(sum_counter(text, "y"), None);

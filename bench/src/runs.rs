@@ -114,11 +114,69 @@ pub struct Cost {
     /// those, how often each thread was found blocked in the kernel (`procs::blocked_threads`).
     pub samples: u32,
     pub blocked: Vec<(String, u32)>,
+    /// The longest stretch of the window in which the brokers ran almost nothing.
+    pub stall: Option<Stall>,
+}
+
+/// One sample of the brokers' and the client's CPU time and of the machine's steal time.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    /// Seconds since the window began.
+    pub at_s: f64,
+    pub brokers_ns: u64,
+    pub client_ns: Option<u64>,
+    pub steal_ns: Option<u64>,
+}
+
+/// A stretch of a window in which the brokers ran under [`IDLE_SHARE`] of a CPU between
+/// every two samples, with what the client and the hypervisor did meanwhile: a busy client
+/// and no steal point at the brokers (a wake-up that did not come), steal at the machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stall {
+    pub from_s: f64,
+    pub len_s: f64,
+    pub client_ms: Option<f64>,
+    pub steal_ms: Option<f64>,
+}
+
+/// Broker CPU under this share of one CPU between two samples counts as idle.
+const IDLE_SHARE: f64 = 0.02;
+/// A stall at least this long is named in the run's warnings (every row keeps its
+/// brokers busy throughout the window).
+const STALL_MIN_S: f64 = 0.25;
+
+/// The longest stretch of `ticks` over which the brokers stayed idle, if any.
+pub fn longest_stall(ticks: &[Tick]) -> Option<Stall> {
+    let mut best: Option<(usize, usize)> = None;
+    let mut start = 0;
+    for i in 1..ticks.len() {
+        let (a, b) = (&ticks[i - 1], &ticks[i]);
+        let dt = (b.at_s - a.at_s).max(0.0);
+        let used = b.brokers_ns.saturating_sub(a.brokers_ns) as f64;
+        if used > IDLE_SHARE * 1e9 * dt {
+            start = i;
+            continue;
+        }
+        let len = |(s, e): (usize, usize)| ticks[e].at_s - ticks[s].at_s;
+        if best.is_none_or(|b| len(b) < len((start, i))) {
+            best = Some((start, i));
+        }
+    }
+    let (a, b) = best.map(|(s, e)| (&ticks[s], &ticks[e]))?;
+    let ms = |x: Option<u64>, y: Option<u64>| Some(y?.saturating_sub(x?) as f64 / 1e6);
+    Some(Stall {
+        from_s: a.at_s,
+        len_s: b.at_s - a.at_s,
+        client_ms: ms(a.client_ns, b.client_ns),
+        steal_ms: ms(a.steal_ns, b.steal_ns),
+    })
 }
 
 /// Samples of what [`Cost`] counts, at the start of a window, then during it.
 pub struct CostProbe {
     pids: Vec<u32>,
+    client: Option<u32>,
+    ticks: Vec<Tick>,
     address: String,
     start: Instant,
     ctx0: Option<u64>,
@@ -129,9 +187,13 @@ pub struct CostProbe {
 }
 
 impl CostProbe {
-    pub fn start(pids: &[u32], address: &str) -> CostProbe {
+    /// A probe of the brokers `pids` (serving at `address`) under the load of process
+    /// `client`.
+    pub fn start(pids: &[u32], address: &str, client: Option<u32>) -> CostProbe {
         let mut probe = CostProbe {
             pids: pids.to_vec(),
+            client,
+            ticks: Vec::new(),
             address: address.to_string(),
             start: Instant::now(),
             ctx0: sum_each(pids, procs::ctx_switches),
@@ -144,10 +206,18 @@ impl CostProbe {
         probe
     }
 
-    /// Notes the io-wq workers alive now (call often: they come and go) and the threads
-    /// blocked in the kernel now.
+    /// Notes the io-wq workers alive now (call often: they come and go), the threads
+    /// blocked in the kernel now, and the CPU time used so far.
     pub fn observe(&mut self) {
         self.samples += 1;
+        if let Some(brokers_ns) = sum_each(&self.pids, procs::cpu_ns) {
+            self.ticks.push(Tick {
+                at_s: self.start.elapsed().as_secs_f64(),
+                brokers_ns,
+                client_ns: self.client.and_then(procs::cpu_ns),
+                steal_ns: procs::steal_ns(),
+            });
+        }
         for &pid in &self.pids {
             for tid in procs::io_wq_threads(pid) {
                 self.io_wq.insert((pid, tid));
@@ -172,6 +242,7 @@ impl CostProbe {
             io_wq_threads: Some(self.io_wq.len()),
             samples: self.samples,
             blocked: self.blocked.iter().map(|(t, n)| (t.clone(), *n)).collect(),
+            stall: longest_stall(&self.ticks),
         }
     }
 }
@@ -211,6 +282,23 @@ impl Cost {
              about every 50 ms: {}",
             self.samples,
             list.join(", ")
+        ))
+    }
+
+    /// A warning naming the window's longest stall of the brokers, if one lasted
+    /// [`STALL_MIN_S`] or more.
+    pub fn stall_warning(&self) -> Option<String> {
+        let stall = self.stall.filter(|s| s.len_s >= STALL_MIN_S)?;
+        let ms = |x: Option<f64>| x.map_or("?".to_string(), |v| format!("{v:.0}"));
+        Some(format!(
+            "the brokers ran under {:.0} % of a CPU for {:.2} s from {:.2} s into the window \
+             (samples about every 50 ms); meanwhile the client used {} ms of CPU and the \
+             machine's steal time was {} ms",
+            IDLE_SHARE * 100.0,
+            stall.len_s,
+            stall.from_s,
+            ms(stall.client_ms),
+            ms(stall.steal_ms)
         ))
     }
 
@@ -354,7 +442,7 @@ pub fn loadgen(
             Ok((at, line)) => {
                 if line.contains("s warm-up]") {
                     window_start = Some((at, cpu_each(&pids)));
-                    probe = Some(CostProbe::start(&pids, &broker.address()));
+                    probe = Some(CostProbe::start(&pids, &broker.address(), Some(child.id())));
                 } else if line.contains("s measure]") {
                     window_end = Some((at, cpu_each(&pids)));
                     if let Some(p) = probe.as_mut() {
@@ -396,6 +484,7 @@ pub fn loadgen(
     if let Some(mut cost) = ended {
         cost.appends_per_s = report["courant"]["appendsPerSecond"].as_f64();
         m.problems.extend(cost.blocked_warning());
+        m.problems.extend(cost.stall_warning());
         m.cost = cost;
     }
     m.command = command;
@@ -528,7 +617,7 @@ pub fn appendsvc(
     let pids = broker.pids();
     std::thread::sleep(Duration::from_secs_f64(spec.warmup_s + 0.1));
     let (t0, c0) = (Instant::now(), cpu_each(&pids));
-    let mut probe = CostProbe::start(&pids, &broker.address());
+    let mut probe = CostProbe::start(&pids, &broker.address(), Some(child.id()));
     let window_end = start + Duration::from_secs_f64(spec.warmup_s + spec.duration_s);
     while Instant::now() < window_end {
         std::thread::sleep(
@@ -553,6 +642,7 @@ pub fn appendsvc(
     let mut m = from_appendsvc_json(&v);
     cost.appends_per_s = v["appendsPerSecond"].as_f64();
     m.problems.extend(cost.blocked_warning());
+    m.problems.extend(cost.stall_warning());
     m.cost = cost;
     m.command = command;
     m.json = Some(json.to_path_buf());
@@ -656,6 +746,60 @@ mod tests {
                  courant-core-1 in balance_dirty_pages (3)"
             )
         );
+    }
+
+    /// Samples 50 ms apart; `busy[i]` is the brokers' CPU share over the interval ending
+    /// at sample `i + 1`; the client uses 40 % of a CPU and steal grows by 1 ms a sample.
+    fn ticks(busy: &[f64]) -> Vec<Tick> {
+        let mut out = vec![Tick {
+            at_s: 0.0,
+            brokers_ns: 0,
+            client_ns: Some(0),
+            steal_ns: Some(0),
+        }];
+        for (i, share) in busy.iter().enumerate() {
+            let last = out[i];
+            out.push(Tick {
+                at_s: last.at_s + 0.05,
+                brokers_ns: last.brokers_ns + (share * 0.05e9) as u64,
+                client_ns: last.client_ns.map(|c| c + 20_000_000),
+                steal_ns: last.steal_ns.map(|s| s + 1_000_000),
+            });
+        }
+        out
+    }
+
+    /// The longest run of idle intervals is found (not the first), its start and length
+    /// are the samples around it, and a stall under the threshold warns of nothing.
+    #[test]
+    fn the_longest_stall_of_the_brokers_is_named() {
+        let busy = [0.5, 0.0, 0.0, 0.5, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.4];
+        let stall = longest_stall(&ticks(&busy)).expect("a stall");
+        assert!((stall.from_s - 0.20).abs() < 1e-9, "{stall:?}");
+        assert!((stall.len_s - 0.35).abs() < 1e-9, "{stall:?}");
+        assert_eq!(stall.client_ms, Some(140.0));
+        assert_eq!(stall.steal_ms, Some(7.0));
+        let cost = Cost {
+            stall: Some(stall),
+            ..Default::default()
+        };
+        assert_eq!(
+            cost.stall_warning().as_deref(),
+            Some(
+                "the brokers ran under 2 % of a CPU for 0.35 s from 0.20 s into the window \
+                 (samples about every 50 ms); meanwhile the client used 140 ms of CPU and the \
+                 machine's steal time was 7 ms"
+            )
+        );
+        let short = longest_stall(&ticks(&[0.5, 0.0, 0.0, 0.5])).expect("a short stall");
+        assert!((short.len_s - 0.10).abs() < 1e-9, "{short:?}");
+        let cost = Cost {
+            stall: Some(short),
+            ..Default::default()
+        };
+        assert_eq!(cost.stall_warning(), None);
+        assert_eq!(longest_stall(&ticks(&[0.5, 0.3, 0.9])), None);
+        assert_eq!(longest_stall(&ticks(&[])), None);
     }
 
     #[test]
