@@ -635,15 +635,18 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         date: stamp,
         machine,
         harness_command: harness_command(args),
-        network: if in_netns {
-            "every process (brokers, etcd, clients, the TCP limit test) ran in a private \
-             network namespace (`unshare --net`) holding only the loopback interface"
-                .into()
-        } else {
-            "host network namespace; Courant and etcd bind 127.0.0.1, Gazette's broker \
-             listens on every interface (it has no bind-address flag)"
-                .into()
-        },
+        network: format!(
+            "{}; TCP congestion control {} (`net.ipv4.tcp_congestion_control`, the same for \
+             every connection of both brokers and their clients)",
+            if in_netns {
+                "every process (brokers, etcd, clients, the TCP limit test) ran in a private \
+                 network namespace (`unshare --net`) holding only the loopback interface"
+            } else {
+                "host network namespace; Courant and etcd bind 127.0.0.1, Gazette's broker \
+                 listens on every interface (it has no bind-address flag)"
+            },
+            congestion_control()
+        ),
         limits: limits.clone(),
         svg_name,
         gazette_note: if gazette {
@@ -977,6 +980,14 @@ fn harness_command(args: &Args) -> String {
         s += &format!(" --gazette-env {kv}");
     }
     s
+}
+
+/// The TCP congestion control of new connections in this network namespace (`bbr` on some
+/// VMs, where Linux defaults to `cubic`), or `unknown`.
+fn congestion_control() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| format!("`{}`", s.trim()))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn machine_facts(

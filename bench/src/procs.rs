@@ -158,6 +158,54 @@ pub fn steal_ns() -> Option<u64> {
     Some(steal * (1_000_000_000 / ticks))
 }
 
+/// TCP's loss-recovery counters in the network namespace of process `pid` (all of the
+/// bench's connections when it runs in a namespace of its own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpLoss {
+    /// Retransmission timeouts that fired (`TcpExt: TCPTimeouts`).
+    pub timeouts: u64,
+    /// Segments sent again (`Tcp: RetransSegs`).
+    pub retrans_segs: u64,
+    /// Tail-loss probes sent (`TcpExt: TCPLossProbes`).
+    pub loss_probes: u64,
+}
+
+impl TcpLoss {
+    /// What was counted from `earlier` to `self`.
+    pub fn since(self, earlier: TcpLoss) -> TcpLoss {
+        TcpLoss {
+            timeouts: self.timeouts.saturating_sub(earlier.timeouts),
+            retrans_segs: self.retrans_segs.saturating_sub(earlier.retrans_segs),
+            loss_probes: self.loss_probes.saturating_sub(earlier.loss_probes),
+        }
+    }
+}
+
+/// [`TcpLoss`] as counted now in the network namespace of process `pid`.
+pub fn tcp_loss(pid: u32) -> Option<TcpLoss> {
+    let snmp = std::fs::read_to_string(format!("/proc/{pid}/net/snmp")).ok()?;
+    let netstat = std::fs::read_to_string(format!("/proc/{pid}/net/netstat")).ok()?;
+    Some(TcpLoss {
+        timeouts: net_counter(&netstat, "TcpExt", "TCPTimeouts")?,
+        retrans_segs: net_counter(&snmp, "Tcp", "RetransSegs")?,
+        loss_probes: net_counter(&netstat, "TcpExt", "TCPLossProbes")?,
+    })
+}
+
+/// Counter `name` of group `group` in a `/proc/net/{snmp,netstat}` table: each group is a
+/// line of names followed by a line of values, both starting with `group:`.
+fn net_counter(table: &str, group: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{group}:");
+    let mut lines = table.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let at = names.split_whitespace().position(|n| n == name);
+        if let Some(at) = at {
+            return values.split_whitespace().nth(at)?.parse().ok();
+        }
+    }
+    None
+}
+
 /// Context switches (voluntary and involuntary) of the live threads of process `pid`
 /// (threads that exited, such as io-wq workers that came and went, are not counted).
 pub fn ctx_switches(pid: u32) -> Option<u64> {
@@ -286,6 +334,39 @@ pub fn load_average() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counters are found by name in their group (names line, then values line), in any
+    /// group's position, and the process's own namespace has them.
+    #[test]
+    fn tcp_counters_are_read_by_name() {
+        let table = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                     Tcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 17 0\n\
+                     TcpExt: SyncookiesSent TCPLossProbes TCPTimeouts\nTcpExt: 0 5 3\n";
+        assert_eq!(net_counter(table, "Tcp", "RetransSegs"), Some(17));
+        assert_eq!(net_counter(table, "TcpExt", "TCPTimeouts"), Some(3));
+        assert_eq!(net_counter(table, "TcpExt", "TCPLossProbes"), Some(5));
+        assert_eq!(net_counter(table, "TcpExt", "NoSuchCounter"), None);
+        assert_eq!(net_counter(table, "Udp", "InDatagrams"), None);
+        let later = TcpLoss {
+            timeouts: 4,
+            retrans_segs: 20,
+            loss_probes: 5,
+        };
+        let earlier = TcpLoss {
+            timeouts: 3,
+            retrans_segs: 17,
+            loss_probes: 5,
+        };
+        assert_eq!(
+            later.since(earlier),
+            TcpLoss {
+                timeouts: 1,
+                retrans_segs: 3,
+                loss_probes: 0
+            }
+        );
+        assert!(tcp_loss(std::process::id()).is_some());
+    }
 
     #[test]
     fn own_process_is_measurable() {

@@ -126,6 +126,8 @@ pub struct Tick {
     pub brokers_ns: u64,
     pub client_ns: Option<u64>,
     pub steal_ns: Option<u64>,
+    /// TCP's loss recovery so far in the brokers' network namespace.
+    pub tcp: Option<procs::TcpLoss>,
 }
 
 /// A stretch of a window in which the brokers ran under [`IDLE_SHARE`] of a CPU between
@@ -137,6 +139,9 @@ pub struct Stall {
     pub len_s: f64,
     pub client_ms: Option<f64>,
     pub steal_ms: Option<f64>,
+    /// TCP's loss recovery from the stall's start to the first sample after it (a
+    /// retransmission timeout that ends a stall fires within that interval).
+    pub tcp: Option<procs::TcpLoss>,
 }
 
 /// Broker CPU under this share of one CPU between two samples counts as idle.
@@ -162,13 +167,16 @@ pub fn longest_stall(ticks: &[Tick]) -> Option<Stall> {
             best = Some((start, i));
         }
     }
-    let (a, b) = best.map(|(s, e)| (&ticks[s], &ticks[e]))?;
+    let (s, e) = best?;
+    let (a, b) = (&ticks[s], &ticks[e]);
+    let after = ticks.get(e + 1).unwrap_or(b);
     let ms = |x: Option<u64>, y: Option<u64>| Some(y?.saturating_sub(x?) as f64 / 1e6);
     Some(Stall {
         from_s: a.at_s,
         len_s: b.at_s - a.at_s,
         client_ms: ms(a.client_ns, b.client_ns),
         steal_ms: ms(a.steal_ns, b.steal_ns),
+        tcp: after.tcp.zip(a.tcp).map(|(y, x)| y.since(x)),
     })
 }
 
@@ -216,6 +224,7 @@ impl CostProbe {
                 brokers_ns,
                 client_ns: self.client.and_then(procs::cpu_ns),
                 steal_ns: procs::steal_ns(),
+                tcp: self.pids.first().and_then(|&p| procs::tcp_loss(p)),
             });
         }
         for &pid in &self.pids {
@@ -290,10 +299,18 @@ impl Cost {
     pub fn stall_warning(&self) -> Option<String> {
         let stall = self.stall.filter(|s| s.len_s >= STALL_MIN_S)?;
         let ms = |x: Option<f64>| x.map_or("?".to_string(), |v| format!("{v:.0}"));
+        let tcp = stall.tcp.map_or(String::new(), |t| {
+            format!(
+                "; TCP in the brokers' network namespace, from the stall's start to the next \
+                 sample after it, counted {} retransmission timeouts, {} retransmitted \
+                 segments and {} tail-loss probes",
+                t.timeouts, t.retrans_segs, t.loss_probes
+            )
+        });
         Some(format!(
             "the brokers ran under {:.0} % of a CPU for {:.2} s from {:.2} s into the window \
              (samples about every 50 ms); meanwhile the client used {} ms of CPU and the \
-             machine's steal time was {} ms",
+             machine's steal time was {} ms{tcp}",
             IDLE_SHARE * 100.0,
             stall.len_s,
             stall.from_s,
@@ -749,13 +766,15 @@ mod tests {
     }
 
     /// Samples 50 ms apart; `busy[i]` is the brokers' CPU share over the interval ending
-    /// at sample `i + 1`; the client uses 40 % of a CPU and steal grows by 1 ms a sample.
+    /// at sample `i + 1`; the client uses 40 % of a CPU, steal grows by 1 ms and TCP
+    /// retransmits 2 segments a sample, and one retransmission timeout fires at sample 12.
     fn ticks(busy: &[f64]) -> Vec<Tick> {
         let mut out = vec![Tick {
             at_s: 0.0,
             brokers_ns: 0,
             client_ns: Some(0),
             steal_ns: Some(0),
+            tcp: Some(procs::TcpLoss::default()),
         }];
         for (i, share) in busy.iter().enumerate() {
             let last = out[i];
@@ -764,6 +783,11 @@ mod tests {
                 brokers_ns: last.brokers_ns + (share * 0.05e9) as u64,
                 client_ns: last.client_ns.map(|c| c + 20_000_000),
                 steal_ns: last.steal_ns.map(|s| s + 1_000_000),
+                tcp: last.tcp.map(|t| procs::TcpLoss {
+                    timeouts: t.timeouts + u64::from(i == 11),
+                    retrans_segs: t.retrans_segs + 2,
+                    loss_probes: t.loss_probes,
+                }),
             });
         }
         out
@@ -779,6 +803,15 @@ mod tests {
         assert!((stall.len_s - 0.35).abs() < 1e-9, "{stall:?}");
         assert_eq!(stall.client_ms, Some(140.0));
         assert_eq!(stall.steal_ms, Some(7.0));
+        // Counted up to sample 12, the first after the stall: its timeout is included.
+        assert_eq!(
+            stall.tcp,
+            Some(procs::TcpLoss {
+                timeouts: 1,
+                retrans_segs: 16,
+                loss_probes: 0
+            })
+        );
         let cost = Cost {
             stall: Some(stall),
             ..Default::default()
@@ -788,7 +821,9 @@ mod tests {
             Some(
                 "the brokers ran under 2 % of a CPU for 0.35 s from 0.20 s into the window \
                  (samples about every 50 ms); meanwhile the client used 140 ms of CPU and the \
-                 machine's steal time was 7 ms"
+                 machine's steal time was 7 ms; TCP in the brokers' network namespace, from \
+                 the stall's start to the next sample after it, counted 1 retransmission \
+                 timeouts, 16 retransmitted segments and 0 tail-loss probes"
             )
         );
         let short = longest_stall(&ticks(&[0.5, 0.0, 0.0, 0.5])).expect("a short stall");

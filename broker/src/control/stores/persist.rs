@@ -218,23 +218,14 @@ impl CoreStores {
 
     /// The first of [`CoreStores::stores_of`], borrowed (an append checks its health).
     pub fn first_store_of<'a>(&'a self, spec: &'a protocol::JournalSpec) -> Option<&'a str> {
-        first_store(spec, &self.default_store)
+        stores_or_default(spec, &self.default_store)
+            .first()
+            .map(String::as_str)
     }
 
     /// The stores of a journal's spec, or the default store when it names none.
     pub fn stores_of(&self, spec: &protocol::JournalSpec) -> Vec<String> {
-        let stores = spec
-            .fragment
-            .as_ref()
-            .map(|f| f.stores.clone())
-            .unwrap_or_default();
-        if !stores.is_empty() {
-            stores
-        } else if self.default_store.is_empty() {
-            Vec::new() // Gazette's behaviour: a journal without stores is never persisted.
-        } else {
-            vec![self.default_store.clone()]
-        }
+        stores_or_default(spec, &self.default_store).to_vec()
     }
 
     /// The health receiver of `url` (cached per core after the first request).
@@ -671,18 +662,22 @@ async fn check_loop(active: Arc<ActiveStore>) {
     }
 }
 
-/// The first store of `spec`, else `default_store` unless it is empty.
-fn first_store<'a>(spec: &'a protocol::JournalSpec, default_store: &'a str) -> Option<&'a str> {
-    match spec.fragment.as_ref().and_then(|f| f.stores.first()) {
-        Some(store) => Some(store),
-        None if default_store.is_empty() => None,
-        None => Some(default_store),
+/// The stores of `spec`, else `default_store` unless it is empty (Gazette's behaviour: a
+/// journal without stores is never persisted).
+fn stores_or_default<'a>(
+    spec: &'a protocol::JournalSpec,
+    default_store: &'a String,
+) -> &'a [String] {
+    match spec.fragment.as_ref().map(|f| f.stores.as_slice()) {
+        Some(stores) if !stores.is_empty() => stores,
+        _ if default_store.is_empty() => &[],
+        _ => std::slice::from_ref(default_store),
     }
 }
 
 #[cfg(test)]
-mod first_store_tests {
-    use super::first_store;
+mod stores_or_default_tests {
+    use super::stores_or_default;
     use protocol::JournalSpec;
     use protocol::journal_spec::Fragment;
 
@@ -698,14 +693,15 @@ mod first_store_tests {
 
     #[test]
     fn the_spec_first_then_the_default() {
+        let (default, none) = ("file:///d/".to_string(), String::new());
         let both = spec(&["s3://a/", "gs://b/"]);
-        assert_eq!(first_store(&both, "file:///d/"), Some("s3://a/"));
-        assert_eq!(first_store(&spec(&[]), "file:///d/"), Some("file:///d/"));
-        assert_eq!(first_store(&spec(&[]), ""), None);
-        assert_eq!(first_store(&JournalSpec::default(), ""), None);
+        assert_eq!(stores_or_default(&both, &default), ["s3://a/", "gs://b/"]);
+        assert_eq!(stores_or_default(&spec(&[]), &default), ["file:///d/"]);
+        assert!(stores_or_default(&spec(&[]), &none).is_empty());
+        assert!(stores_or_default(&JournalSpec::default(), &none).is_empty());
         assert_eq!(
-            first_store(&JournalSpec::default(), "file:///d/"),
-            Some("file:///d/")
+            stores_or_default(&JournalSpec::default(), &default),
+            ["file:///d/"]
         );
     }
 }
