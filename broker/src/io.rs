@@ -254,6 +254,34 @@ mod tests {
             });
     }
 
+    /// A core with a runnable task must not park (`vendor/README.md`, glommio patch 5):
+    /// glommio parked whenever its task queues ran nothing, also when a preemption came
+    /// due between its rings' poll and its first task, and then slept until some other
+    /// event. Here a task waits on short timers over and over under a short preemption
+    /// slice, so the slice's timer, kept armed across loop turns, fires at every point of
+    /// the loop, the parking point included. A task woken by its timer has no other timer
+    /// armed, so a core parked then would sleep forever: the watchdog fails the test.
+    #[test]
+    fn a_core_with_a_runnable_task_does_not_park() {
+        use std::time::Duration;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            glommio::LocalExecutorBuilder::default()
+                .preempt_timer(Duration::from_micros(20))
+                .make()
+                .expect("executor")
+                .run(async {
+                    for _ in 0..200_000 {
+                        glommio::timer::sleep(Duration::from_micros(1)).await;
+                    }
+                });
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the core parked with a runnable task and never woke up");
+    }
+
     #[test]
     fn raw_reads_wait_for_readiness_without_losing_a_wake_up() {
         use tokio::io::AsyncReadExt;

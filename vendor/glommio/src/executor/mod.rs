@@ -1330,6 +1330,14 @@ impl LocalExecutor {
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
+                // Courant patch: task queues with runnable tasks count as work even
+                // when a preemption is due before any of them ran. The caller parks
+                // when this returns false, and parking with runnable tasks sleeps until
+                // some other event comes: a preemption timer that fires between the
+                // rings' poll and this check (with the latency timer kept armed across
+                // loop turns, it may fire at any moment) left a core asleep with a
+                // connection's task ready and its socket full.
+                ran |= !self.queues.borrow().active_executors.is_empty();
                 break;
             }
             if !self.run_one_task_queue() {
