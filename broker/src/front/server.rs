@@ -149,6 +149,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     owners: crate::journal::owners::CoreOwners::new(owners),
                 });
                 crate::metrics::register_core(index);
+                glommio::spawn_local(name_blocking_thread(index)).detach();
                 glommio::spawn_local(crate::metrics::sample_executor()).detach();
                 glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
                 glommio::spawn_local(core.clone().watch_keyspace()).detach();
@@ -188,6 +189,21 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         h.join().map_err(|e| format!("executor failed: {e}"))?;
     }
     Ok(())
+}
+
+/// Names the core's blocking-pool thread `courant-blk-<index>` (glommio starts one, on the
+/// core's CPU, and it inherits the core thread's name). The spool's block reservations run
+/// there (`storage::fragment::reserve`), so that a thread found blocked in the kernel (by
+/// `courant-bench`'s sampler, or `ps`) is told apart from the core thread.
+async fn name_blocking_thread(index: usize) {
+    let name = std::ffi::CString::new(format!("courant-blk-{index}")).expect("no NUL");
+    glommio::executor()
+        .spawn_blocking(move || {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string (cut to 15 bytes) that
+            // outlives the call.
+            unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        })
+        .await;
 }
 
 /// At the shutdown's closing stage, closes this core's replicas so that their blocked

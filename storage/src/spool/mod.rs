@@ -138,6 +138,9 @@ pub struct Spool {
     /// File position up to which the content file's blocks are reserved ahead of writes
     /// (`fragment::reserve`); `None` where the file system refused a reservation.
     reserved: Option<u64>,
+    /// A reservation was started whose outcome `reserved` may not hold (its write was
+    /// dropped while it ran): the completed file is truncated to free what it reserved.
+    reserving: bool,
     /// Whether directory entries were created since the last `sync`.
     dirs_dirty: bool,
     /// The registers are not known to hold at `begin` (after [`Spool::discard`], which
@@ -286,6 +289,7 @@ impl Spool {
             pending_sum: Summer::new(),
             written_len: 0,
             reserved: Some(0),
+            reserving: false,
             dirs_dirty: true,
             registers_unknown: false,
             log_tail_dirty: false,
@@ -318,6 +322,7 @@ impl Spool {
             committed_sum: r.sum,
             written_len,
             reserved: Some(written_len),
+            reserving: false,
             dirs_dirty: true,
             registers_unknown: false,
             log_tail_dirty: false,
@@ -422,9 +427,11 @@ impl Spool {
         #[cfg(not(test))]
         let fail = false;
         let mut reserved = self.reserved;
+        let end = pos + content.len() as u64;
+        self.reserving |= reserved.is_some_and(|r| end > r);
         let result = async {
             let handle = file.get_or_create().await?;
-            reserve(handle, &mut reserved, pos + content.len() as u64);
+            reserve(handle, &mut reserved, end).await;
             if fail {
                 let half = content.get(..content.len() / 2).unwrap_or_default();
                 write_all(handle, half, pos)
@@ -438,6 +445,7 @@ impl Spool {
         }
         .await;
         self.reserved = reserved;
+        self.reserving = false;
         if let Err(e) = result {
             // Nothing is adopted: the next write goes to the same position, over whatever
             // part of this one reached the file, and a completed fragment is cut to its end.
@@ -925,7 +933,7 @@ impl Spool {
         }
         // Cut rolled-back bytes so the file holds exactly the fragment (which also frees
         // the blocks reserved past its end).
-        let reserved_past = self.reserved.is_some_and(|r| r > content_len);
+        let reserved_past = self.reserving || self.reserved.is_some_and(|r| r > content_len);
         if (self.written_len > content_len || reserved_past)
             && let Some(file) = self.file.get()
             && let Err(e) = file.truncate(content_len).await
