@@ -51,12 +51,22 @@ impl Schedule {
         }
     }
 
+    /// A schedule whose record 0 is at `first_ns` and whose records are `interval_ns` apart.
+    #[cfg(test)]
+    pub fn from_parts(first_ns: f64, interval_ns: f64) -> Schedule {
+        Schedule {
+            first_ns,
+            interval_ns,
+        }
+    }
+
     /// Intended send time of record `seq`.
     pub fn intended_ns(&self, seq: u64) -> u64 {
         (self.first_ns + seq as f64 * self.interval_ns) as u64
     }
 
     /// Nanoseconds between consecutive records (the step of [`Self::intended_ns`]).
+    #[cfg(test)]
     pub fn interval_ns(&self) -> f64 {
         self.interval_ns
     }

@@ -20,6 +20,7 @@
 //!
 //! Lives on: shared by every task of the run (`Arc<Stats>`).
 
+use crate::schedule::Schedule;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -49,13 +50,22 @@ impl Window {
     }
 }
 
+/// When an append's records were meant to be sent.
+#[derive(Debug, Clone, Copy)]
+pub enum Intended {
+    /// Every record at this time (max rate: the send time).
+    At(u64),
+    /// Records `first_seq..` of the journal's open-loop schedule. Each record's time is the
+    /// schedule's own [`Schedule::intended_ns`], the very function that counts the records
+    /// due in the window, so that no record falls on the other side of a window edge by
+    /// rounding (which reported up to one record per journal as never acknowledged).
+    Scheduled { schedule: Schedule, first_seq: u64 },
+}
+
 /// One append as sent: its records' intended times and its size.
 #[derive(Debug, Clone, Copy)]
 pub struct Batch {
-    /// Intended send time of the first record.
-    pub first_intended_ns: u64,
-    /// Step between consecutive records' intended times (0: all share the first's).
-    pub step_ns: f64,
+    pub intended: Intended,
     pub records: u32,
     pub bytes: u64,
     /// When the append was handed to the connection.
@@ -64,7 +74,13 @@ pub struct Batch {
 
 impl Batch {
     pub fn intended_ns(&self, i: u32) -> u64 {
-        self.first_intended_ns + (i as f64 * self.step_ns) as u64
+        match self.intended {
+            Intended::At(t) => t,
+            Intended::Scheduled {
+                schedule,
+                first_seq,
+            } => schedule.intended_ns(first_seq + u64::from(i)),
+        }
     }
 
     /// Intended time of the last record: the moment the batch was full and due.
@@ -241,12 +257,12 @@ impl Stats {
             h.rpc
                 .saturating_record(ack_ns.saturating_sub(batch.send_ns));
         }
-        if batch.step_ns == 0.0 {
+        if let Intended::At(intended) = batch.intended {
             // Every record shares one intended time: one histogram update for the batch.
-            let lat = ack_ns.saturating_sub(batch.first_intended_ns);
+            let lat = ack_ns.saturating_sub(intended);
             h.iv_publish.saturating_record_n(lat, n);
             h.iv_delay.saturating_record_n(delay_ns, n);
-            if self.window.contains(batch.first_intended_ns) {
+            if self.window.contains(intended) {
                 h.publish.saturating_record_n(lat, n);
                 h.delay.saturating_record_n(delay_ns, n);
             }
@@ -393,8 +409,10 @@ mod tests {
         let s = Stats::new(WINDOW, 2);
         // Records intended at 990, 1000, 1010, 1020; acked at 1100: the first is warm-up.
         let batch = Batch {
-            first_intended_ns: 990,
-            step_ns: 10.0,
+            intended: Intended::Scheduled {
+                schedule: Schedule::from_parts(990.0, 10.0),
+                first_seq: 0,
+            },
             records: 4,
             bytes: 400,
             send_ns: 1_030,
@@ -424,12 +442,46 @@ mod tests {
         );
     }
 
+    /// A batch's records are meant at exactly the times the schedule gives them, the times
+    /// that count the records due in the window: with a fractional interval, a batch's
+    /// first time plus each record's rounded step would put some of them 1 ns earlier, and
+    /// a record at the window's start outside it.
+    #[test]
+    fn batches_keep_the_schedules_exact_times() {
+        let schedule = Schedule::for_journal(1_000_000_007, 2_047_133.0, 4, 3, 3000);
+        let window = Window {
+            start_ns: schedule.intended_ns(4_500),
+            end_ns: schedule.intended_ns(10_500),
+        };
+        let mut in_window = 0;
+        for first_seq in (0..15_000).step_by(3000) {
+            let batch = Batch {
+                intended: Intended::Scheduled {
+                    schedule,
+                    first_seq,
+                },
+                records: 3000,
+                bytes: 0,
+                send_ns: 0,
+            };
+            for i in 0..3000 {
+                let t = batch.intended_ns(i);
+                assert_eq!(t, schedule.intended_ns(first_seq + u64::from(i)));
+                in_window += u64::from(window.contains(t));
+            }
+        }
+        assert_eq!(in_window, 6_000);
+        assert_eq!(
+            schedule.count_between(window.start_ns, window.end_ns),
+            in_window
+        );
+    }
+
     #[test]
     fn acks_after_the_window_count_latency_but_not_throughput() {
         let s = Stats::new(WINDOW, 1);
         let batch = Batch {
-            first_intended_ns: 1_500,
-            step_ns: 0.0,
+            intended: Intended::At(1_500),
             records: 10,
             bytes: 1_000,
             send_ns: 1_500,
@@ -444,8 +496,7 @@ mod tests {
     fn failures_are_counted_by_kind_with_the_first_example() {
         let s = Stats::new(WINDOW, 1);
         let batch = Batch {
-            first_intended_ns: 1_200,
-            step_ns: 0.0,
+            intended: Intended::At(1_200),
             records: 5,
             bytes: 500,
             send_ns: 1_200,

@@ -22,7 +22,7 @@ use crate::clock::{instant_at, now_ns};
 use crate::pacer;
 use crate::record::{AppendLayout, SizeRange, SplitMix64, encode_append, journal_frame};
 use crate::schedule::Schedule;
-use crate::stats::{Batch, Stats};
+use crate::stats::{Batch, Intended, Stats};
 use bytes::{Bytes, BytesMut};
 use protocol::Status;
 use protocol::grpc::Channel;
@@ -97,30 +97,32 @@ impl JournalWriter {
 
         for batch_no in 0u64.. {
             // Plan the batch: when it is due, and each record's intended time.
-            let (first_ns, step_ns) = match &schedule {
-                Some(s) => {
-                    let first_seq = batch_no * per_batch;
-                    let first_ns = s.intended_ns(first_seq);
-                    if first_ns >= end_ns {
-                        break;
-                    }
-                    let due_ns = s.intended_ns(first_seq + per_batch - 1);
-                    pacer::sleep_until(instant_at(due_ns)).await;
-                    (first_ns, s.interval_ns())
+            let first_seq = batch_no * per_batch;
+            if let Some(s) = &schedule {
+                if s.intended_ns(first_seq) >= end_ns {
+                    break;
                 }
-                None => (0, 0.0),
-            };
+                let due_ns = s.intended_ns(first_seq + per_batch - 1);
+                pacer::sleep_until(instant_at(due_ns)).await;
+            }
             // Keep at most `in_flight` appends outstanding.
             while tasks.len() >= cfg.in_flight {
                 recycle(&mut free, tasks.join_next().await);
             }
             let send_ns = now_ns();
-            let (first_ns, step_ns) = if schedule.is_some() {
-                (first_ns, step_ns)
-            } else if send_ns >= end_ns {
-                break;
-            } else {
-                (send_ns, 0.0)
+            let intended = match schedule {
+                Some(schedule) => Intended::Scheduled {
+                    schedule,
+                    first_seq,
+                },
+                None if send_ns >= end_ns => break,
+                None => Intended::At(send_ns),
+            };
+            let times = Batch {
+                intended,
+                records: cfg.records_per_append as u32,
+                bytes: 0,
+                send_ns,
             };
 
             sizes.clear();
@@ -129,16 +131,13 @@ impl JournalWriter {
                 free.pop().unwrap_or_default(),
                 &frame,
                 &sizes,
-                |i| first_ns + (i as f64 * step_ns) as u64,
+                |i| times.intended_ns(i as u32),
                 cfg.layout,
                 &cfg.filler,
             );
             let batch = Batch {
-                first_intended_ns: first_ns,
-                step_ns,
-                records: cfg.records_per_append as u32,
                 bytes: encoded.payload_bytes,
-                send_ns,
+                ..times
             };
             cfg.stats.on_dispatch(&batch);
             let (cfg2, this2) = (cfg.clone(), this.clone());
