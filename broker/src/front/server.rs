@@ -416,7 +416,9 @@ where
     let handshake = h2::server::Builder::new()
         .initial_window_size(1 << 20)
         .initial_connection_window_size(8 << 20)
-        .max_frame_size(256 << 10)
+        // DATA frames up to the stream window: a message that fits one frame is decoded
+        // without a copy (`protocol::grpc::FrameDecoder`).
+        .max_frame_size(1 << 20)
         .max_concurrent_streams(1024)
         .max_header_list_size(64 << 10)
         .max_send_buffer_size(1 << 20)
