@@ -28,32 +28,117 @@ pub struct Limits {
 
 pub fn measure(dir: &Path, seconds: f64, disk_bytes: u64) -> std::io::Result<Limits> {
     Ok(Limits {
-        loopback: best_of(3, || loopback_tcp(Duration::from_secs_f64(seconds / 3.0)))?,
+        loopback: loopback_best(Duration::from_secs_f64(seconds / 3.0))?,
         sha1: sha1_one_core(Duration::from_secs_f64(seconds.min(2.0))),
         disk: disk_write(dir, disk_bytes)?,
     })
 }
 
-/// The fastest of `n` runs: on a shared, unpinned VM one run can land on a busy vCPU or
-/// across vCPUs (2–3× slower), and a limit is what the machine can do.
-fn best_of(n: usize, run: impl Fn() -> std::io::Result<Limit>) -> std::io::Result<Limit> {
-    let mut best = run()?;
-    for _ in 1..n {
-        let next = run()?;
-        if next.bytes_per_s > best.bytes_per_s {
-            best = next;
+/// Where the two ends of a loopback test run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Placement {
+    /// Wherever the scheduler puts them.
+    Unpinned,
+    /// Sender and receiver pinned to these CPUs (the same one, or two).
+    Pinned { sender: usize, receiver: usize },
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Placement::Unpinned => write!(f, "unpinned"),
+            Placement::Pinned { sender, receiver } if sender == receiver => {
+                write!(f, "both ends on CPU {sender}")
+            }
+            Placement::Pinned { sender, receiver } => {
+                write!(f, "sender on CPU {sender}, receiver on CPU {receiver}")
+            }
         }
     }
-    best.method += &format!(" (best of {n} runs)");
+}
+
+/// The placements the loopback limit tries: unpinned twice, both ends on one CPU, and the
+/// ends on two CPUs both ways round (when the process may use two).
+fn placements(cpus: &[usize]) -> Vec<Placement> {
+    let mut out = vec![Placement::Unpinned, Placement::Unpinned];
+    if let Some(&a) = cpus.first() {
+        out.push(Placement::Pinned {
+            sender: a,
+            receiver: a,
+        });
+        if let Some(&b) = cpus.get(1) {
+            out.push(Placement::Pinned {
+                sender: a,
+                receiver: b,
+            });
+            out.push(Placement::Pinned {
+                sender: b,
+                receiver: a,
+            });
+        }
+    }
+    out
+}
+
+/// The fastest run over [`placements`]. One TCP connection's throughput on this 2-vCPU VM
+/// depends on where its ends run: unpinned runs measured from 1.3 to 3.3 GB/s between
+/// benchmark runs. A limit is what the machine can do, so the best placement counts: a
+/// low figure would flatter the brokers' share of it.
+fn loopback_best(window: Duration) -> std::io::Result<Limit> {
+    let tried = placements(&allowed_cpus());
+    let mut best: Option<Limit> = None;
+    for &placement in &tried {
+        let next = loopback_tcp(window, placement)?;
+        if best
+            .as_ref()
+            .is_none_or(|b| next.bytes_per_s > b.bytes_per_s)
+        {
+            best = Some(next);
+        }
+    }
+    let mut best = best.ok_or_else(|| std::io::Error::other("no loopback run"))?;
+    best.method += &format!(
+        " (the best of {} runs: unpinned twice, both ends on one CPU, and on two CPUs both \
+         ways round)",
+        tried.len()
+    );
     Ok(best)
 }
 
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit set the kernel fills; its size is passed with it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// Pins the calling thread to `cpu` (best effort: a refusal leaves it unpinned).
+fn pin_current_thread(cpu: usize) {
+    // SAFETY: as in `allowed_cpus`; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// One TCP connection over 127.0.0.1: a sender thread writes 64 KiB buffers for `window`,
-/// a receiver reads until EOF. Neither is pinned, as the brokers are not.
-pub fn loopback_tcp(window: Duration) -> std::io::Result<Limit> {
+/// a receiver thread reads until EOF, each placed as `placement` says (the harness's own
+/// thread is never pinned).
+pub fn loopback_tcp(window: Duration, placement: Placement) -> std::io::Result<Limit> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let receiver = std::thread::spawn(move || -> std::io::Result<u64> {
+        if let Placement::Pinned { receiver, .. } = placement {
+            pin_current_thread(receiver);
+        }
         let (mut conn, _) = listener.accept()?;
         let mut buf = vec![0u8; 256 << 10];
         let mut total = 0u64;
@@ -64,14 +149,23 @@ pub fn loopback_tcp(window: Duration) -> std::io::Result<Limit> {
             }
         }
     });
-    let mut conn = TcpStream::connect(addr)?;
-    conn.set_nodelay(true)?;
-    let chunk = vec![0x5au8; 64 << 10];
-    let start = Instant::now();
-    while start.elapsed() < window {
-        conn.write_all(&chunk)?;
-    }
-    conn.shutdown(Shutdown::Write)?;
+    let sender = std::thread::spawn(move || -> std::io::Result<Instant> {
+        if let Placement::Pinned { sender, .. } = placement {
+            pin_current_thread(sender);
+        }
+        let mut conn = TcpStream::connect(addr)?;
+        conn.set_nodelay(true)?;
+        let chunk = vec![0x5au8; 64 << 10];
+        let start = Instant::now();
+        while start.elapsed() < window {
+            conn.write_all(&chunk)?;
+        }
+        conn.shutdown(Shutdown::Write)?;
+        Ok(start)
+    });
+    let start = sender
+        .join()
+        .map_err(|_| std::io::Error::other("sender panicked"))??;
     let received = receiver
         .join()
         .map_err(|_| std::io::Error::other("receiver panicked"))??;
@@ -79,7 +173,8 @@ pub fn loopback_tcp(window: Duration) -> std::io::Result<Limit> {
     Ok(Limit {
         bytes_per_s: received as f64 / elapsed,
         method: format!(
-            "one TCP connection over 127.0.0.1, 64 KiB writes for {:.1} s, std threads, unpinned",
+            "one TCP connection over 127.0.0.1, 64 KiB writes for {:.1} s, std threads, \
+             {placement}",
             window.as_secs_f64()
         ),
     })
@@ -147,8 +242,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn loopback_runs_cover_one_and_two_cpus() {
+        let two = placements(&[0, 1]);
+        assert_eq!(two.len(), 5);
+        assert!(two.contains(&Placement::Pinned {
+            sender: 0,
+            receiver: 0
+        }));
+        assert!(two.contains(&Placement::Pinned {
+            sender: 1,
+            receiver: 0
+        }));
+        assert_eq!(placements(&[3]).len(), 3);
+        assert_eq!(placements(&[]), vec![Placement::Unpinned; 2]);
+        assert_eq!(
+            Placement::Pinned {
+                sender: 0,
+                receiver: 1
+            }
+            .to_string(),
+            "sender on CPU 0, receiver on CPU 1"
+        );
+    }
+
+    #[test]
     fn limits_are_positive() {
-        assert!(loopback_tcp(Duration::from_millis(50)).unwrap().bytes_per_s > 0.0);
+        for placement in placements(&allowed_cpus()) {
+            let limit = loopback_tcp(Duration::from_millis(50), placement).unwrap();
+            assert!(limit.bytes_per_s > 0.0, "{placement}");
+        }
         assert!(sha1_one_core(Duration::from_millis(20)).bytes_per_s > 0.0);
         let dir = std::env::temp_dir();
         let disk = disk_write(&dir, 4 << 20).unwrap();
