@@ -266,6 +266,25 @@ mod tests {
     }
 
     #[test]
+    fn free_space_is_read_and_judged() {
+        let space = free_space(&std::env::temp_dir()).unwrap();
+        assert!(space.total_bytes > 0 && space.free_bytes <= space.total_bytes);
+        let gb = 1_000_000_000;
+        let full = FreeSpace {
+            free_bytes: 9 * gb,
+            total_bytes: 250 * gb,
+        };
+        assert!(full.nearly_full());
+        assert_eq!(full.describe(), "9.0 GB free of 250.0 GB (4 %)");
+        let roomy = FreeSpace {
+            free_bytes: 53 * gb,
+            total_bytes: 250 * gb,
+        };
+        assert!(!roomy.nearly_full());
+        assert!(free_space(Path::new("/no/such/dir")).is_none());
+    }
+
+    #[test]
     fn limits_are_positive() {
         for placement in placements(&allowed_cpus()) {
             let limit = loopback_tcp(Duration::from_millis(50), placement).unwrap();
@@ -277,6 +296,49 @@ mod tests {
         assert!(disk.bytes_per_s > 0.0);
         assert!(!dir.join("courant-bench-disk-test").exists());
     }
+}
+
+/// The free space of the filesystem holding a directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FreeSpace {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl FreeSpace {
+    /// "53.1 GB free of 270.6 GB (20 %)".
+    pub fn describe(&self) -> String {
+        format!(
+            "{:.1} GB free of {:.1} GB ({:.0} %)",
+            self.free_bytes as f64 / 1e9,
+            self.total_bytes as f64 / 1e9,
+            100.0 * self.free_bytes as f64 / self.total_bytes.max(1) as f64
+        )
+    }
+
+    /// Under a tenth free, or under 30 GB (the full profile needs about 25 GB).
+    pub fn nearly_full(&self) -> bool {
+        self.free_bytes * 10 < self.total_bytes || self.free_bytes < 30_000_000_000
+    }
+}
+
+/// The free space (available to an unprivileged user) of the filesystem holding `dir`.
+pub fn free_space(dir: &Path) -> Option<FreeSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `path` is a valid C string and `st` a plain struct the kernel fills.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(path.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        st
+    };
+    let block = st.f_frsize as u64;
+    Some(FreeSpace {
+        free_bytes: st.f_bavail as u64 * block,
+        total_bytes: st.f_blocks as u64 * block,
+    })
 }
 
 /// What [`prefault_memory`] did, for the results.

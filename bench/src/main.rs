@@ -571,6 +571,16 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     let scratch = scratch_root.join(format!("courant-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let load_start = procs::load_average();
+    let scratch_space = limits::free_space(&scratch);
+    if let Some(space) = &scratch_space
+        && space.nearly_full()
+    {
+        eprintln!(
+            "courant-bench: warning: the scratch filesystem is nearly full ({}); ext4 \
+             allocates blocks more slowly then, and both brokers' spool writes pay for it",
+            space.describe()
+        );
+    }
 
     // Write back what earlier work left dirty in the page cache (the build writes hundreds
     // of MB): its writeback otherwise overlaps the first rows, whose brokers write their
@@ -626,7 +636,12 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
             let _ = std::fs::write(out_dir.join(&name), report::svg(s));
             name
         });
-    let machine = machine_facts(&load_start, &scratch_root, &prefault);
+    let machine = machine_facts(
+        &load_start,
+        &scratch_root,
+        scratch_space.as_ref(),
+        &prefault,
+    );
     let in_netns = args.inside_netns;
     let ctx = report::Context {
         title: format!("courant-bench results: {} profile", profile.name),
@@ -993,6 +1008,7 @@ fn congestion_control() -> String {
 fn machine_facts(
     load_start: &str,
     scratch: &Path,
+    space: Option<&limits::FreeSpace>,
     prefault: &limits::Prefault,
 ) -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
@@ -1028,7 +1044,19 @@ fn machine_facts(
         ),
         (
             "scratch (broker data, disk test)".into(),
-            scratch.display().to_string(),
+            match space {
+                Some(space) => format!(
+                    "{} ({} at the start{})",
+                    scratch.display(),
+                    space.describe(),
+                    if space.nearly_full() {
+                        "; nearly full: ext4 allocates blocks more slowly, for both brokers"
+                    } else {
+                        ""
+                    }
+                ),
+                None => scratch.display().to_string(),
+            },
         ),
         (
             "memory touched before the run".into(),
