@@ -90,16 +90,22 @@ impl Summer {
     }
 
     /// Adds each lane's bytes to its summer: the same result as `summer.update(bytes)` for
-    /// every lane, with up to [`MAX_LANES`] streams' rounds interleaved (a summer appears in
-    /// one lane at most). Four lanes cost about 40% of four separate streams on SHA-NI.
+    /// every lane, with up to [`lanes_per_group`] streams' rounds interleaved (a summer
+    /// appears in one lane at most). Four lanes cost about 40% of four separate streams on
+    /// an AMD EPYC's SHA-NI; on an Intel Xeon two lanes cost about 80% of two streams.
     pub fn update_lanes(lanes: &mut [(&mut Summer, &[u8])]) {
+        Self::update_lanes_in_groups(lanes, lanes_per_group());
+    }
+
+    /// [`Summer::update_lanes`] with at most `max` streams interleaved.
+    fn update_lanes_in_groups(lanes: &mut [(&mut Summer, &[u8])], max: usize) {
         let (mut work, mut tails) = (Vec::with_capacity(lanes.len()), Vec::new());
         for (summer, data) in lanes.iter_mut() {
             let (blocks, tail) = summer.begin(data);
             work.push((summer.state, blocks));
             tails.push(tail);
         }
-        compress_many(&mut work);
+        compress_in_groups(&mut work, max);
         for (((summer, _), (state, _)), tail) in lanes.iter_mut().zip(work).zip(tails) {
             summer.end(state, tail);
         }
@@ -199,26 +205,88 @@ fn compress(state: &mut [u32; 5], blocks: &[Block]) {
     portable(state, blocks);
 }
 
-/// The most streams [`Summer::update_lanes`] interleaves: past four, SHA-NI's throughput
-/// (not the latency of one stream's rounds) bounds the rate (measured on this project's
-/// AMD EPYC VM: 0.535, 0.317, 0.208 and 0.197 ns per hashed byte with 1, 2, 4 and 6 lanes).
+/// The most streams [`Summer::update_lanes`] can interleave. How many pay depends on the
+/// CPU, so [`lanes_per_group`] measures it: on this project's AMD EPYC VM four lanes hashed
+/// at 0.208 ns per byte each against 0.535 for one (0.317 with two, 0.197 with six), while
+/// on its Intel Xeon VM (December 2026) two lanes were best (0.50-0.55 ns per byte each,
+/// 0.61-0.68 for one, 0.57-0.85 for four): SHA-NI's instructions reach only 16 vector
+/// registers, four lanes' state needs more, and there the spills cost more than the
+/// interleaving gains.
 pub const MAX_LANES: usize = 4;
 
-/// Compresses every stream's blocks into its state, up to [`MAX_LANES`] streams at a time:
-/// the longest remaining streams go together, for as many blocks as the shortest of them.
+/// How many streams [`compress_many`] interleaves on this CPU: the count of 1 to
+/// [`MAX_LANES`] that hashed fastest per stream, measured once per process (about 1 ms of
+/// hashing at first use; [`calibrate`] runs it ahead). 1 without SHA-NI.
+pub fn lanes_per_group() -> usize {
+    static LANES: OnceLock<usize> = OnceLock::new();
+    *LANES.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if shani() {
+            return fastest_lanes();
+        }
+        1
+    })
+}
+
+/// Measures [`lanes_per_group`] now (the broker calls it at start-up, so that no append
+/// waits for it) and returns it.
+pub fn calibrate() -> usize {
+    lanes_per_group()
+}
+
+/// Times 1 to [`MAX_LANES`] interleaved streams of 16 KiB, best of five rounds each, and
+/// returns the count with the least time per stream.
+#[cfg(target_arch = "x86_64")]
+fn fastest_lanes() -> usize {
+    const BLOCKS: usize = 256;
+    let data: Vec<Block> = (0..BLOCKS)
+        .map(|i| std::array::from_fn(|j| (i * 64 + j) as u8))
+        .collect();
+    let mut best = [f64::INFINITY; MAX_LANES];
+    for _ in 0..5 {
+        for (n, best) in best.iter_mut().enumerate() {
+            let mut states = [INIT; MAX_LANES];
+            let [s0, s1, s2, s3] = &mut states;
+            let d = &data[..];
+            let start = std::time::Instant::now();
+            // SAFETY: only called where `shani` holds; every stream has `BLOCKS` blocks.
+            unsafe {
+                match n + 1 {
+                    1 => lanes::<1>([s0], [d]),
+                    2 => lanes::<2>([s0, s1], [d, d]),
+                    3 => lanes::<3>([s0, s1, s2], [d, d, d]),
+                    _ => lanes::<4>([s0, s1, s2, s3], [d, d, d, d]),
+                }
+            }
+            std::hint::black_box(&states);
+            *best = best.min(start.elapsed().as_secs_f64() / (n + 1) as f64);
+        }
+    }
+    let fastest = (0..MAX_LANES).min_by(|&a, &b| best[a].total_cmp(&best[b]));
+    fastest.map_or(1, |n| n + 1)
+}
+
+/// Compresses every stream's blocks into its state, up to [`lanes_per_group`] streams at a
+/// time: the longest remaining streams go together, for as many blocks as the shortest.
 fn compress_many(work: &mut [([u32; 5], &[Block])]) {
+    compress_in_groups(work, lanes_per_group());
+}
+
+/// [`compress_many`] with groups of at most `max` (1 to [`MAX_LANES`]) streams.
+fn compress_in_groups(work: &mut [([u32; 5], &[Block])], max: usize) {
+    let max = max.clamp(1, MAX_LANES);
     #[cfg(target_arch = "x86_64")]
     if shani() {
         loop {
-            // The (at most MAX_LANES) longest streams with blocks left, longest first.
+            // The (at most `max`) longest streams with blocks left, longest first.
             let mut group = [usize::MAX; MAX_LANES];
             let mut len = 0;
             for (i, (_, blocks)) in work.iter().enumerate() {
                 if blocks.is_empty() {
                     continue;
                 }
-                let mut at = len.min(MAX_LANES - 1);
-                if len == MAX_LANES && work[group[at]].1.len() >= blocks.len() {
+                let mut at = len.min(max - 1);
+                if len == max && work[group[at]].1.len() >= blocks.len() {
                     continue;
                 }
                 while at > 0 && work[group[at - 1]].1.len() < blocks.len() {
@@ -226,7 +294,7 @@ fn compress_many(work: &mut [([u32; 5], &[Block])]) {
                     at -= 1;
                 }
                 group[at] = i;
-                len = (len + 1).min(MAX_LANES);
+                len = (len + 1).min(max);
             }
             let group = &group[..len];
             let Some(n) = group.iter().map(|&i| work[i].1.len()).min() else {
@@ -467,7 +535,8 @@ mod tests {
     }
 
     /// Up to six lanes of different lengths and phases at once (more than `MAX_LANES`, so
-    /// groups form and re-form as lanes run out), against the `sha1` crate.
+    /// groups form and re-form as lanes run out), in groups of every size, against the
+    /// `sha1` crate.
     #[test]
     fn lanes_of_every_shape() {
         let d = data(70_000);
@@ -492,28 +561,35 @@ mod tests {
             ],
         ];
         for (n, shape) in shapes.iter().enumerate() {
-            let mut summers: Vec<Summer> = shape
-                .iter()
-                .map(|&(pre, _)| {
-                    let mut s = Summer::new();
-                    s.update(&d[..pre]);
-                    s
-                })
-                .collect();
-            {
-                let mut lanes: Vec<(&mut Summer, &[u8])> = summers
-                    .iter_mut()
-                    .zip(shape.iter())
-                    .map(|(s, &(pre, len))| (s, &d[pre..pre + len]))
+            for max in 1..=MAX_LANES {
+                let mut summers: Vec<Summer> = shape
+                    .iter()
+                    .map(|&(pre, _)| {
+                        let mut s = Summer::new();
+                        s.update(&d[..pre]);
+                        s
+                    })
                     .collect();
-                Summer::update_lanes(&mut lanes);
-            }
-            for (s, &(pre, len)) in summers.iter().zip(shape.iter()) {
-                let want: [u8; 20] = Sha1::digest(&d[..pre + len]).into();
-                assert_eq!(s.digest(), want, "shape {n} lane ({pre}, {len})");
-                assert_eq!(s.len(), (pre + len) as u64);
+                {
+                    let mut lanes: Vec<(&mut Summer, &[u8])> = summers
+                        .iter_mut()
+                        .zip(shape.iter())
+                        .map(|(s, &(pre, len))| (s, &d[pre..pre + len]))
+                        .collect();
+                    Summer::update_lanes_in_groups(&mut lanes, max);
+                }
+                for (s, &(pre, len)) in summers.iter().zip(shape.iter()) {
+                    let want: [u8; 20] = Sha1::digest(&d[..pre + len]).into();
+                    assert_eq!(
+                        s.digest(),
+                        want,
+                        "shape {n}, {max} lanes, lane ({pre}, {len})"
+                    );
+                    assert_eq!(s.len(), (pre + len) as u64);
+                }
             }
         }
+        assert!((1..=MAX_LANES).contains(&lanes_per_group()));
     }
 
     /// The portable compression agrees with the SHA-NI one (which the other tests use on
