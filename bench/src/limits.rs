@@ -316,6 +316,10 @@ impl FreeSpace {
         )
     }
 
+    /// What a nearly full scratch filesystem does to a run (said where it is reported).
+    pub const NEARLY_FULL_EFFECT: &'static str =
+        "ext4 allocates blocks more slowly then, and both brokers' spool writes pay for it";
+
     /// Under a tenth free, or under 30 GB (the full profile needs about 25 GB).
     pub fn nearly_full(&self) -> bool {
         self.free_bytes * 10 < self.total_bytes || self.free_bytes < 30_000_000_000

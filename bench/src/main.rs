@@ -576,9 +576,9 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         && space.nearly_full()
     {
         eprintln!(
-            "courant-bench: warning: the scratch filesystem is nearly full ({}); ext4 \
-             allocates blocks more slowly then, and both brokers' spool writes pay for it",
-            space.describe()
+            "courant-bench: warning: the scratch filesystem is nearly full ({}); {}",
+            space.describe(),
+            limits::FreeSpace::NEARLY_FULL_EFFECT
         );
     }
 
@@ -1050,9 +1050,9 @@ fn machine_facts(
                     scratch.display(),
                     space.describe(),
                     if space.nearly_full() {
-                        "; nearly full: ext4 allocates blocks more slowly, for both brokers"
+                        format!("; nearly full: {}", limits::FreeSpace::NEARLY_FULL_EFFECT)
                     } else {
-                        ""
+                        String::new()
                     }
                 ),
                 None => scratch.display().to_string(),
