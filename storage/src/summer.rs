@@ -216,7 +216,8 @@ pub const MAX_LANES: usize = 4;
 
 /// How many streams [`compress_many`] interleaves on this CPU: the count of 1 to
 /// [`MAX_LANES`] that hashed fastest per stream, measured once per process (about 1 ms of
-/// hashing at first use; [`calibrate`] runs it ahead). 1 without SHA-NI.
+/// hashing at first use, which the broker makes at start-up so that no append waits for
+/// it). 1 without SHA-NI.
 pub fn lanes_per_group() -> usize {
     static LANES: OnceLock<usize> = OnceLock::new();
     *LANES.get_or_init(|| {
@@ -226,12 +227,6 @@ pub fn lanes_per_group() -> usize {
         }
         1
     })
-}
-
-/// Measures [`lanes_per_group`] now (the broker calls it at start-up, so that no append
-/// waits for it) and returns it.
-pub fn calibrate() -> usize {
-    lanes_per_group()
 }
 
 /// Times 1 to [`MAX_LANES`] interleaved streams of 16 KiB, best of five rounds each, and
@@ -246,18 +241,9 @@ fn fastest_lanes() -> usize {
     for _ in 0..5 {
         for (n, best) in best.iter_mut().enumerate() {
             let mut states = [INIT; MAX_LANES];
-            let [s0, s1, s2, s3] = &mut states;
-            let d = &data[..];
             let start = std::time::Instant::now();
             // SAFETY: only called where `shani` holds; every stream has `BLOCKS` blocks.
-            unsafe {
-                match n + 1 {
-                    1 => lanes::<1>([s0], [d]),
-                    2 => lanes::<2>([s0, s1], [d, d]),
-                    3 => lanes::<3>([s0, s1, s2], [d, d, d]),
-                    _ => lanes::<4>([s0, s1, s2, s3], [d, d, d, d]),
-                }
-            }
+            unsafe { lanes_of(n + 1, &mut states, [&data[..]; MAX_LANES]) };
             std::hint::black_box(&states);
             *best = best.min(start.elapsed().as_secs_f64() / (n + 1) as f64);
         }
@@ -306,20 +292,9 @@ fn compress_in_groups(work: &mut [([u32; 5], &[Block])], max: usize) {
                 states[k] = work[i].0;
                 blocks[k] = &work[i].1[..n];
             }
-            {
-                let [s0, s1, s2, s3] = &mut states;
-                let [b0, b1, b2, b3] = blocks;
-                // SAFETY: the CPU has the features `lanes` is compiled for (checked by
-                // `shani`), and every stream passed holds `n` blocks.
-                unsafe {
-                    match group.len() {
-                        1 => lanes::<1>([s0], [b0]),
-                        2 => lanes::<2>([s0, s1], [b0, b1]),
-                        3 => lanes::<3>([s0, s1, s2], [b0, b1, b2]),
-                        _ => lanes::<4>([s0, s1, s2, s3], [b0, b1, b2, b3]),
-                    }
-                }
-            }
+            // SAFETY: the CPU has the features `lanes` is compiled for (checked by `shani`),
+            // and every stream passed holds `n` blocks.
+            unsafe { lanes_of(group.len(), &mut states, blocks) };
             for (k, &i) in group.iter().enumerate() {
                 work[i].0 = states[k];
                 work[i].1 = &work[i].1[n..];
@@ -329,6 +304,30 @@ fn compress_in_groups(work: &mut [([u32; 5], &[Block])], max: usize) {
     for (state, blocks) in work.iter_mut() {
         portable(state, blocks);
         *blocks = &[];
+    }
+}
+
+/// [`lanes`] over the first `count` (1 to [`MAX_LANES`]) of `states` and `blocks`.
+///
+/// # Safety
+/// As for [`lanes`]: the CPU must support SHA, SSSE3 and SSE4.1, and the first `count`
+/// streams of `blocks` must be equally long.
+#[cfg(target_arch = "x86_64")]
+unsafe fn lanes_of(
+    count: usize,
+    states: &mut [[u32; 5]; MAX_LANES],
+    blocks: [&[Block]; MAX_LANES],
+) {
+    let [s0, s1, s2, s3] = states;
+    let [b0, b1, b2, b3] = blocks;
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe {
+        match count {
+            1 => lanes::<1>([s0], [b0]),
+            2 => lanes::<2>([s0, s1], [b0, b1]),
+            3 => lanes::<3>([s0, s1, s2], [b0, b1, b2]),
+            _ => lanes::<4>([s0, s1, s2, s3], [b0, b1, b2, b3]),
+        }
     }
 }
 

@@ -103,7 +103,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     let tls = crate::tls::server_config(&cfg)?;
     crate::tls::init_peer(&cfg)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let sha1_lanes = storage::summer::calibrate();
+    let sha1_lanes = storage::summer::lanes_per_group();
     tracing::info!(sha1_lanes, "SHA-1 streams hashed side by side on this CPU");
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
         .map(|_| flume::bounded::<CoreMsg>(INBOX_DEPTH))
