@@ -590,6 +590,8 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     eprintln!("courant-bench: touching the machine's free memory once (limits::prefault_memory)");
     let prefault = limits::prefault_memory();
     eprintln!("courant-bench:   {}", prefault.describe());
+    // After the prefault: what the run itself gives back to the host.
+    let reporting_start = limits::PageReporting::read(Path::new(limits::PAGE_REPORTING));
     eprintln!("courant-bench: machine limits");
     let limits = limits::measure(&scratch, profile.limit_s, profile.disk_bytes)
         .map_err(|e| format!("measuring machine limits: {e}"))?;
@@ -641,6 +643,7 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
         &scratch_root,
         scratch_space.as_ref(),
         &prefault,
+        reporting_start.as_ref(),
     );
     let in_netns = args.inside_netns;
     let ctx = report::Context {
@@ -1010,6 +1013,7 @@ fn machine_facts(
     scratch: &Path,
     space: Option<&limits::FreeSpace>,
     prefault: &limits::Prefault,
+    reporting_start: Option<&limits::PageReporting>,
 ) -> Vec<(String, String)> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
@@ -1065,6 +1069,22 @@ fn machine_facts(
                  `limits::prefault_memory`)",
                 prefault.describe()
             ),
+        ),
+        (
+            "free memory given back to the host".into(),
+            match (
+                reporting_start,
+                limits::PageReporting::read(Path::new(limits::PAGE_REPORTING)),
+            ) {
+                (Some(start), Some(end)) => format!(
+                    "{:.1} GiB during the run (free page reporting, {}: the host backs such \
+                     a page again at its next write, so spool writes into new page-cache \
+                     pages cost more than on bare metal, for both brokers)",
+                    end.reported_kib.saturating_sub(start.reported_kib) as f64 / 1048576.0,
+                    end.describe()
+                ),
+                _ => "not counted by this kernel".into(),
+            },
         ),
         (
             "placement".into(),
