@@ -92,6 +92,8 @@ pub struct Core {
     pub syncs: Option<Rc<storage::spool::SyncBatcher>>,
     /// Which core owns which journal (this core's cache of the broker's placements).
     pub owners: crate::journal::owners::CoreOwners,
+    /// The Appends' resolutions of the journals served here, for the current snapshot.
+    pub resolved: crate::journal::routing::resolver::Resolved,
 }
 
 /// This core's sync batcher when `cfg` asks for durable appends, counting its syncs in

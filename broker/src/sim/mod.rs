@@ -532,6 +532,7 @@ impl Sim {
             peer_channels: Default::default(),
             syncs,
             owners: crate::journal::owners::CoreOwners::new(crate::journal::owners::Owners::new(1)),
+            resolved: Default::default(),
         });
         core.peer_channels.sim.replace(Some(Rc::new(Port {
             net: self.net.clone(),

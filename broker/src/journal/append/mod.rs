@@ -115,12 +115,12 @@ impl Held<'_> {
 
 /// The latest resolution (the machine starts by resolving), borrowed apart from the
 /// driver's other fields.
-fn resolution(res: &Option<Resolution>) -> &Resolution {
+fn resolution(res: &Option<Rc<Resolution>>) -> &Resolution {
     res.as_ref().expect("the append resolves first")
 }
 
 /// The resolved journal's spec (every state after an OK resolution has one).
-fn spec_of(res: &Option<Resolution>) -> &JournalSpec {
+fn spec_of(res: &Option<Rc<Resolution>>) -> &JournalSpec {
     resolution(res)
         .spec
         .as_ref()
@@ -134,7 +134,7 @@ struct Driver<'a> {
     input: &'a mut CallIn,
     out: &'a mut CallOut,
     /// The latest resolution (the first state resolves).
-    res: Option<Resolution>,
+    res: Option<Rc<Resolution>>,
     /// When the synchronized primary began validating (the commit's latency metric).
     acquired: Instant,
     /// The journal's registers as validated; the commit updates them.
@@ -456,12 +456,15 @@ impl Driver<'_> {
     }
 
     async fn respond(&mut self, reply: &Reply) -> Event {
-        // The reply is the call's last message: its header is taken, not copied.
-        let header = self
-            .res
-            .as_mut()
-            .map(|r| std::mem::take(&mut r.header))
-            .unwrap_or_default();
+        // The reply is the call's last message: its header is taken, not copied, unless
+        // the resolution is shared (`Core::resolved`).
+        let header = match self.res.as_mut() {
+            Some(res) => match Rc::get_mut(res) {
+                Some(res) => std::mem::take(&mut res.header),
+                None => res.header.clone(),
+            },
+            None => Default::default(),
+        };
         let resp = match reply {
             Reply::Status { status, registers } => AppendResponse {
                 status: *status as i32,

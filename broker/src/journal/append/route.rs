@@ -13,18 +13,39 @@ use protocol::journal_spec::suspend::Level;
 use std::cmp::Ordering;
 use std::rc::Rc;
 
-pub(super) async fn resolve(core: &Rc<Core>, req: &AppendRequest) -> Result<Resolution, RpcError> {
-    resolver::resolve(
-        core,
-        Args {
-            journal: &req.journal,
-            require_primary: true,
-            may_proxy: !req.do_not_proxy,
-            min_etcd_revision: req.min_etcd_revision,
-            proxy_header: req.header.as_ref(),
-        },
-    )
-    .await
+pub(super) async fn resolve(
+    core: &Rc<Core>,
+    req: &AppendRequest,
+) -> Result<Rc<Resolution>, RpcError> {
+    let may_proxy = !req.do_not_proxy;
+    // A proxied request's header is checked each time; a request waiting for a newer
+    // revision resolves against that one.
+    let cacheable = req.header.is_none();
+    if cacheable {
+        let current = core.keyspace.current();
+        if req.min_etcd_revision <= current.revision
+            && let Some(hit) = core.resolved.get(&current, &req.journal, may_proxy)
+        {
+            return Ok(hit);
+        }
+    }
+    let res = Rc::new(
+        resolver::resolve(
+            core,
+            Args {
+                journal: &req.journal,
+                require_primary: true,
+                may_proxy,
+                min_etcd_revision: req.min_etcd_revision,
+                proxy_header: req.header.as_ref(),
+            },
+        )
+        .await?,
+    );
+    if cacheable {
+        core.resolved.put(&req.journal, may_proxy, &res);
+    }
+    Ok(res)
 }
 
 /// How the journal's Route compares to its desired replication (cluster mode only; the

@@ -18,7 +18,64 @@ use crate::journal::core::Core;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::{Header, JournalSpec, Route, Status};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
+
+/// A core's resolutions of the journals it serves, for one keyspace snapshot: a
+/// resolution is a pure function of the snapshot, the core and the request's journal and
+/// flags (a proxied request's header only adds checks), so while the snapshot stays the
+/// same an Append of a journal served here takes the last one rather than cloning the
+/// spec and building the Route and Header again (about 15 allocations per Append).
+/// Holds only resolutions with status OK served by this core, and forgets them all at
+/// the next snapshot, so it is bounded by the journals the keyspace assigns here.
+///
+/// Lives on: its core (`Core::resolved`).
+#[derive(Default)]
+pub struct Resolved {
+    /// The snapshot, and by journal name as requested, the resolutions without and with
+    /// `may_proxy`.
+    #[allow(clippy::type_complexity)]
+    cached: RefCell<Option<(Arc<Snapshot>, HashMap<String, [Option<Rc<Resolution>>; 2]>)>>,
+}
+
+impl Resolved {
+    /// The cached resolution of `journal` (as the request names it) with `may_proxy`, if
+    /// one was made from `snapshot`.
+    pub fn get(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        journal: &str,
+        may_proxy: bool,
+    ) -> Option<Rc<Resolution>> {
+        let cached = self.cached.borrow();
+        let (of, map) = cached.as_ref()?;
+        if !Arc::ptr_eq(of, snapshot) {
+            return None;
+        }
+        map.get(journal)?[usize::from(may_proxy)].clone()
+    }
+
+    /// Keeps `res` (of `journal` as the request names it, with `may_proxy`) if it is OK
+    /// and served here; a resolution of a newer snapshot first forgets the others.
+    pub fn put(&self, journal: &str, may_proxy: bool, res: &Rc<Resolution>) {
+        if res.status != Status::Ok || !res.local {
+            return;
+        }
+        let mut cached = self.cached.borrow_mut();
+        if !cached
+            .as_ref()
+            .is_some_and(|(of, _)| Arc::ptr_eq(of, &res.snapshot))
+        {
+            *cached = Some((Arc::clone(&res.snapshot), HashMap::new()));
+        }
+        if let Some((_, map)) = cached.as_mut() {
+            let both = map.entry(journal.to_string()).or_default();
+            both[usize::from(may_proxy)] = Some(Rc::clone(res));
+        }
+    }
+}
 
 pub struct Resolution {
     pub status: Status,
@@ -190,4 +247,55 @@ pub fn unrouted_header(core: &Core, snapshot: &Snapshot) -> Header {
 /// The Route shown for a journal in List responses.
 pub fn list_route(core: &Core, snapshot: &Snapshot, spec: &JournalSpec) -> Route {
     route_of(core, snapshot, &spec.name, spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(snapshot: &Arc<Snapshot>, status: Status, local: bool) -> Rc<Resolution> {
+        Rc::new(Resolution {
+            status,
+            header: Header::default(),
+            journal: "a/j".into(),
+            spec: Some(JournalSpec::default()),
+            snapshot: Arc::clone(snapshot),
+            local,
+        })
+    }
+
+    #[test]
+    fn resolutions_are_kept_for_one_snapshot_and_only_when_served_here() {
+        let cache = Resolved::default();
+        let first = Arc::new(Snapshot {
+            revision: 7,
+            ..Default::default()
+        });
+        assert!(cache.get(&first, "a/j", true).is_none());
+
+        let ok = res(&first, Status::Ok, true);
+        cache.put("a/j", true, &ok);
+        let hit = cache.get(&first, "a/j", true).expect("kept");
+        assert!(Rc::ptr_eq(&hit, &ok));
+        assert!(cache.get(&first, "a/j", false).is_none(), "other flags");
+        assert!(cache.get(&first, "a/j;meta", true).is_none(), "other name");
+
+        // Not kept: a status other than OK, or a call proxied elsewhere.
+        cache.put("a/k", true, &res(&first, Status::JournalNotFound, false));
+        cache.put("a/p", true, &res(&first, Status::Ok, false));
+        assert!(cache.get(&first, "a/k", true).is_none());
+        assert!(cache.get(&first, "a/p", true).is_none());
+
+        // A new snapshot (even at the same revision) misses, and its first resolution
+        // forgets the old ones.
+        let second = Arc::new(Snapshot {
+            revision: 7,
+            ..Default::default()
+        });
+        assert!(cache.get(&second, "a/j", true).is_none());
+        cache.put("a/q", true, &res(&second, Status::Ok, true));
+        assert!(cache.get(&second, "a/q", true).is_some());
+        assert!(cache.get(&first, "a/j", true).is_none());
+        assert!(cache.get(&second, "a/j", true).is_none());
+    }
 }
