@@ -28,8 +28,9 @@ use std::sync::Arc;
 /// flags (a proxied request's header only adds checks), so while the snapshot stays the
 /// same an Append of a journal served here takes the last one rather than cloning the
 /// spec and building the Route and Header again (about 15 allocations per Append).
-/// Holds only resolutions with status OK served by this core, and forgets them all at
-/// the next snapshot, so it is bounded by the journals the keyspace assigns here.
+/// Holds only resolutions with status OK served by this core, of journals named exactly,
+/// and forgets them all at the next snapshot, so it is bounded by the journals the
+/// keyspace assigns here.
 ///
 /// Lives on: its core (`Core::resolved`).
 #[derive(Default)]
@@ -57,10 +58,12 @@ impl Resolved {
         map.get(journal)?[usize::from(may_proxy)].clone()
     }
 
-    /// Keeps `res` (of `journal` as the request names it, with `may_proxy`) if it is OK
-    /// and served here; a resolution of a newer snapshot first forgets the others.
+    /// Keeps `res` (of `journal` as the request names it, with `may_proxy`) if it is OK,
+    /// served here, and named without a metadata segment (`name;meta`, where any segment
+    /// resolves to the same journal: a client must not grow the cache by naming one
+    /// journal many ways); a resolution of a newer snapshot first forgets the others.
     pub fn put(&self, journal: &str, may_proxy: bool, res: &Rc<Resolution>) {
-        if res.status != Status::Ok || !res.local {
+        if res.status != Status::Ok || !res.local || journal != res.journal {
             return;
         }
         let mut cached = self.cached.borrow_mut();
@@ -253,11 +256,11 @@ pub fn list_route(core: &Core, snapshot: &Snapshot, spec: &JournalSpec) -> Route
 mod tests {
     use super::*;
 
-    fn res(snapshot: &Arc<Snapshot>, status: Status, local: bool) -> Rc<Resolution> {
+    fn res(snapshot: &Arc<Snapshot>, journal: &str, status: Status, local: bool) -> Rc<Resolution> {
         Rc::new(Resolution {
             status,
             header: Header::default(),
-            journal: "a/j".into(),
+            journal: journal.into(),
             spec: Some(JournalSpec::default()),
             snapshot: Arc::clone(snapshot),
             local,
@@ -273,7 +276,7 @@ mod tests {
         });
         assert!(cache.get(&first, "a/j", true).is_none());
 
-        let ok = res(&first, Status::Ok, true);
+        let ok = res(&first, "a/j", Status::Ok, true);
         cache.put("a/j", true, &ok);
         let hit = cache.get(&first, "a/j", true).expect("kept");
         assert!(Rc::ptr_eq(&hit, &ok));
@@ -281,10 +284,18 @@ mod tests {
         assert!(cache.get(&first, "a/j;meta", true).is_none(), "other name");
 
         // Not kept: a status other than OK, or a call proxied elsewhere.
-        cache.put("a/k", true, &res(&first, Status::JournalNotFound, false));
-        cache.put("a/p", true, &res(&first, Status::Ok, false));
+        cache.put(
+            "a/k",
+            true,
+            &res(&first, "a/k", Status::JournalNotFound, false),
+        );
+        cache.put("a/p", true, &res(&first, "a/p", Status::Ok, false));
         assert!(cache.get(&first, "a/k", true).is_none());
         assert!(cache.get(&first, "a/p", true).is_none());
+        // Nor one named with a metadata segment: any resolves to the journal `a/j`.
+        cache.put("a/j;m1", false, &res(&first, "a/j", Status::Ok, true));
+        assert!(cache.get(&first, "a/j;m1", false).is_none());
+        assert!(cache.get(&first, "a/j", false).is_none());
 
         // A new snapshot (even at the same revision) misses, and its first resolution
         // forgets the old ones.
@@ -293,7 +304,7 @@ mod tests {
             ..Default::default()
         });
         assert!(cache.get(&second, "a/j", true).is_none());
-        cache.put("a/q", true, &res(&second, Status::Ok, true));
+        cache.put("a/q", true, &res(&second, "a/q", Status::Ok, true));
         assert!(cache.get(&second, "a/q", true).is_some());
         assert!(cache.get(&first, "a/j", true).is_none());
         assert!(cache.get(&second, "a/j", true).is_none());
