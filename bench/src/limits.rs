@@ -436,8 +436,8 @@ impl PageReporting {
 ///
 /// It does not last where the guest reports free memory back to its host ([`PageReporting`]):
 /// on stop 34's VM (`min_free_ms` 0) 5.3 of 8 GiB freed went back within 5 s. A max-1kib
-/// load right after touching 18 GiB spent 39 % of Courant's broker CPU in that copy, and
-/// 65 % a few minutes later; the results say how much went back during the run.
+/// load spent 65 % of Courant's broker CPU in that copy two minutes after touching 19 GiB,
+/// and 39 % right after touching 18 GiB; the results say how much went back during the run.
 pub fn prefault_memory() -> Prefault {
     let started = Instant::now();
     let available_kib = std::fs::read_to_string("/proc/meminfo")
@@ -450,17 +450,6 @@ pub fn prefault_memory() -> Prefault {
         .unwrap_or(0);
     // Leave 1 GiB and a tenth of what is available to everything else.
     let target = (available_kib * 1024 / 10 * 9).saturating_sub(1 << 30);
-    let touched = touch(target);
-    Prefault {
-        bytes: touched,
-        seconds: started.elapsed().as_secs_f64(),
-    }
-}
-
-/// Writes one byte to each page of about `target` bytes of fresh memory, all held until
-/// the end so that each chunk takes pages of its own, then frees them. Returns the bytes
-/// touched.
-fn touch(target: u64) -> u64 {
     const CHUNK: usize = 256 << 20;
     const PAGE: usize = 4096;
     let mut held: Vec<Vec<u8>> = Vec::new();
@@ -476,6 +465,10 @@ fn touch(target: u64) -> u64 {
         held.push(chunk);
         touched += CHUNK as u64;
     }
+    // Held until now, so that each chunk took pages of its own.
     drop(held);
-    touched
+    Prefault {
+        bytes: touched,
+        seconds: started.elapsed().as_secs_f64(),
+    }
 }

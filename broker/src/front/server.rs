@@ -442,18 +442,23 @@ where
     };
     let max_recv = core.cfg.max_grpc_recv_size;
     let mut stage = crate::shutdown::subscribe();
+    let mut draining = false;
     // Calls in flight on this connection, and when the last one started or ended: a
     // connection with none for `--tpc.h2-idle-timeout` is sent GOAWAY.
     let activity = Rc::new(crate::idle::Activity::new());
     let idle_timeout = core.cfg.h2_idle_timeout;
+    // Set once an idle connection was sent GOAWAY: a client that does not close it (or
+    // answer the GOAWAY's PING) within the grace period is dropped.
+    let mut idle_closing = false;
     enum Wake {
         Drain,
         Idle,
         Abandon,
     }
-    // What ends the serving phase, built once for the connection rather than once per
-    // accepted stream (each rebuild armed and cancelled a reactor timer and read the
-    // clock, about 2 % of the broker's CPU under the Go client's 8 × 8 load).
+    // What ends serving (shutdown, or the connection idle), built once for the connection
+    // rather than once per accepted stream: each rebuild armed and cancelled a reactor
+    // timer and read the clock (together with the reactor's timer work, up to about 2 % of
+    // the broker's CPU in a profile of the Go client's 8 × 8 load).
     let mut ends = std::pin::pin!(future::or(
         async {
             crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
@@ -464,36 +469,23 @@ where
             Wake::Idle
         },
     ));
-    // Serving, then (after GOAWAY: draining, or an idle connection) finishing the calls in
-    // flight while new ones go elsewhere.
-    let mut ended: Option<Wake> = None;
     loop {
-        let next = match &ended {
-            None => {
-                future::or(async { Ok(conn.accept().await) }, async {
-                    Err(ends.as_mut().await)
-                })
-                .await
+        let next = future::or(async { Ok(conn.accept().await) }, async {
+            if !draining {
+                return Err(ends.as_mut().await);
             }
-            Some(wake) => {
-                let idle_closing = matches!(wake, Wake::Idle);
-                future::or(async { Ok(conn.accept().await) }, async {
-                    if idle_closing {
-                        // Calls that raced the GOAWAY are served before the close; a client
-                        // that does not close the connection (or answer the GOAWAY's PING)
-                        // within the grace period is dropped.
-                        loop {
-                            glommio::timer::sleep(crate::idle::GOAWAY_GRACE).await;
-                            if activity.in_flight() == 0 {
-                                return Err(Wake::Abandon);
-                            }
-                        }
+            if idle_closing {
+                // Calls that raced the GOAWAY are served before the close.
+                loop {
+                    glommio::timer::sleep(crate::idle::GOAWAY_GRACE).await;
+                    if activity.in_flight() == 0 {
+                        return Err(Wake::Abandon);
                     }
-                    future::pending().await
-                })
-                .await
+                }
             }
-        };
+            future::pending().await
+        })
+        .await;
         let next = match next {
             Ok(next) => next,
             Err(Wake::Abandon) => {
@@ -501,8 +493,11 @@ where
                 break;
             }
             Err(wake) => {
+                // GOAWAY (draining, or an idle connection): calls in flight finish, new
+                // ones go elsewhere.
                 conn.graceful_shutdown();
-                ended = Some(wake);
+                draining = true;
+                idle_closing = matches!(wake, Wake::Idle);
                 continue;
             }
         };

@@ -35,10 +35,14 @@ use std::sync::Arc;
 /// Lives on: its core (`Core::resolved`).
 #[derive(Default)]
 pub struct Resolved {
-    /// The snapshot, and by journal name as requested, the resolutions without and with
-    /// `may_proxy`.
-    #[allow(clippy::type_complexity)]
-    cached: RefCell<Option<(Arc<Snapshot>, HashMap<String, [Option<Rc<Resolution>>; 2]>)>>,
+    cached: RefCell<Option<Kept>>,
+}
+
+/// The resolutions kept from one snapshot.
+struct Kept {
+    snapshot: Arc<Snapshot>,
+    /// By journal name as requested: the resolutions without and with `may_proxy`.
+    by_name: HashMap<String, [Option<Rc<Resolution>>; 2]>,
 }
 
 impl Resolved {
@@ -51,11 +55,10 @@ impl Resolved {
         may_proxy: bool,
     ) -> Option<Rc<Resolution>> {
         let cached = self.cached.borrow();
-        let (of, map) = cached.as_ref()?;
-        if !Arc::ptr_eq(of, snapshot) {
-            return None;
-        }
-        map.get(journal)?[usize::from(may_proxy)].clone()
+        let kept = cached
+            .as_ref()
+            .filter(|k| Arc::ptr_eq(&k.snapshot, snapshot))?;
+        kept.by_name.get(journal)?[usize::from(may_proxy)].clone()
     }
 
     /// Keeps `res` (of `journal` as the request names it, with `may_proxy`) if it is OK,
@@ -67,16 +70,16 @@ impl Resolved {
             return;
         }
         let mut cached = self.cached.borrow_mut();
-        if !cached
-            .as_ref()
-            .is_some_and(|(of, _)| Arc::ptr_eq(of, &res.snapshot))
-        {
-            *cached = Some((Arc::clone(&res.snapshot), HashMap::new()));
-        }
-        if let Some((_, map)) = cached.as_mut() {
-            let both = map.entry(journal.to_string()).or_default();
-            both[usize::from(may_proxy)] = Some(Rc::clone(res));
-        }
+        let kept = match cached.take() {
+            Some(kept) if Arc::ptr_eq(&kept.snapshot, &res.snapshot) => kept,
+            _ => Kept {
+                snapshot: Arc::clone(&res.snapshot),
+                by_name: HashMap::new(),
+            },
+        };
+        let kept = cached.insert(kept);
+        kept.by_name.entry(journal.to_string()).or_default()[usize::from(may_proxy)] =
+            Some(Rc::clone(res));
     }
 }
 
