@@ -205,6 +205,100 @@ pub(crate) async fn reserve(file: &BufferedFile, reserved: &mut Option<u64>, end
     *reserved = done.then_some(to);
 }
 
+/// Allocates the blocks of `[from, to)` and extends the file's length to at least `to`
+/// (`fallocate` with mode 0), on the core's blocking-pool thread for the reason
+/// [`reserve`] gives. Bytes in the new range read as zeros.
+pub(crate) async fn extend(file: &BufferedFile, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let at = libc::off_t::try_from(from).map_err(|_| invalid())?;
+    let len = libc::off_t::try_from(to.saturating_sub(from)).map_err(|_| invalid())?;
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `file` is open while borrowed here, and the borrow ends with this statement.
+    let fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
+    glommio::executor()
+        .spawn_blocking(move || {
+            // SAFETY: `fd` is owned by this closure; fallocate reads no memory.
+            match unsafe { libc::fallocate(fd.as_raw_fd(), 0, at, len) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+        .await
+}
+
+/// A shared, writable mapping of a file's first `len` bytes: writes into it are page-cache
+/// writes without a system call (and survive `kill -9` as a `pwrite`'s do).
+///
+/// The caller keeps the mapped range inside the file's length and its blocks allocated
+/// ([`extend`]): a page past the end of the file faults with `SIGBUS`, and so would a page
+/// whose delayed allocation found the disk full. It unmaps before cutting the file.
+///
+/// Lives on: the thread of the spool that owns it (`!Send`: a raw pointer).
+pub(crate) struct Mapped {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Mapped {
+    /// Maps `[0, len)` of `file`, which holds at least `len` bytes.
+    pub(crate) fn new(file: &BufferedFile, len: u64) -> std::io::Result<Mapped> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh mapping chosen by the kernel; nothing else is at that address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast()).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Mapped { ptr, len })
+    }
+
+    /// Length of the mapped range.
+    pub(crate) fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Copies `bytes` to file position `pos`; false (writing nothing) where they do not fit
+    /// in the mapped range.
+    pub(crate) fn write(&self, pos: u64, bytes: &[u8]) -> bool {
+        let Some(at) = usize::try_from(pos).ok().filter(|at| {
+            at.checked_add(bytes.len())
+                .is_some_and(|end| end <= self.len)
+        }) else {
+            return false;
+        };
+        // SAFETY: `[at, at + bytes.len())` lies inside the mapping (checked above), which
+        // stays mapped while `self` lives; `bytes` is a live slice of other memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(at), bytes.len())
+        };
+        true
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range `new` mapped; no reference into it outlives
+        // `self` (writes copy in and return).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 /// Writes all of `content` at `pos`, resubmitting after short writes.
 ///
 /// A plain `pwrite(2)` on the core's own thread, not an io_uring request: ext4 cannot take

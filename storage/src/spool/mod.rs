@@ -13,7 +13,9 @@
 //!    written at file position `end - begin + delta` (one `pwrite` through
 //!    io_uring, awaited). The pending SHA-1 and `delta` advance.
 //! 2. `commit`: one record (end, time, registers if changed, crc32c) is
-//!    appended to the `.commits` log and awaited. **This is the durability
+//!    appended to the `.commits` log: copied into a shared mapping of the log's
+//!    first blocks (see `Spool::map_log`), or written with `pwrite` where the log
+//!    cannot be mapped. **This is the durability
 //!    point against process crashes**: page-cache writes survive `kill -9`.
 //!    Then the pending SHA-1, end and registers are adopted.
 //! 3. `sync` (optional, not part of `commit`): `fdatasync` of the content
@@ -55,7 +57,9 @@ use protocol::{CompressionCodec, Fragment, LabelSet};
 use sha1::{Digest, Sha1};
 
 use crate::StorageError;
-use crate::fragment::{FragmentFile, LocalFragment, open_rw, read_up_to, reserve, write_all};
+use crate::fragment::{
+    FragmentFile, LocalFragment, Mapped, extend, open_rw, read_up_to, reserve, write_all,
+};
 use crate::record::{self, CommitRecord};
 use crate::summer::Summer;
 use protocol::sum::zero_sum;
@@ -68,6 +72,10 @@ pub use wal::Wal;
 
 /// Chunk size for re-hashing a fragment's content during recovery.
 const RECOVERY_READ_LEN: usize = 1 << 20;
+/// The commit log's file is extended ahead of its records by at least this much...
+const LOG_EXTEND_MIN: u64 = 64 << 10;
+/// ...and at most this much (otherwise as much again as the log holds).
+const LOG_EXTEND_MAX: u64 = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
 const JOURNAL_FILE: &str = "JOURNAL";
 
@@ -126,6 +134,16 @@ pub struct Spool {
     commits: Option<Rc<BufferedFile>>,
     /// Length of the commit log: where the next record goes.
     commits_len: u64,
+    /// The commit log's records are copied into this mapping of its first blocks (see
+    /// [`Spool::append_log`]); None until the first record, after a cut, or where mapping
+    /// failed.
+    log_map: Option<Mapped>,
+    /// Mapping the log failed (a file system without `fallocate` or shared mappings, a
+    /// full disk): this fragment's records go through `pwrite`.
+    log_map_off: bool,
+    /// The log's file was extended past `commits_len` (zeros): the completed fragment's
+    /// log is cut to its records.
+    log_extended: bool,
     /// Registers as of the last record in the log (None: no record yet).
     logged_registers: Option<LabelSet>,
     /// SHA-1 over [begin, end).
@@ -284,6 +302,9 @@ impl Spool {
             file,
             commits: None,
             commits_len: 0,
+            log_map: None,
+            log_map_off: false,
+            log_extended: false,
             logged_registers: None,
             committed_sum: Summer::new(),
             pending_sum: Summer::new(),
@@ -318,6 +339,9 @@ impl Spool {
             file,
             commits: Some(Rc::new(r.commits)),
             commits_len: r.commits_len,
+            log_map: None,
+            log_map_off: false,
+            log_extended: false,
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
             written_len,
@@ -872,7 +896,10 @@ impl Spool {
             && let Some(log) = &self.commits
         {
             // A failed append may have left part of a record: cut it, so that the log
-            // never holds a torn record before an intact one.
+            // never holds a torn record before an intact one. (A mapping would then reach
+            // past the file's end: it goes first, and the next record maps again.)
+            self.log_map = None;
+            self.log_extended = false;
             log.truncate(self.commits_len)
                 .await
                 .map_err(|e| StorageError::io("truncating", self.file.commits_path(), e.into()))?;
@@ -888,9 +915,9 @@ impl Spool {
             self.log_crc = 0;
             self.dirs_dirty = true;
         }
-        let log = self.commits.as_ref().expect("created above");
         #[cfg(test)]
         if self.fail_next.take_if(|f| *f == FailNext::Commit).is_some() {
+            let log = self.commits.as_ref().expect("created above");
             let half = buf.get(..buf.len() / 2).unwrap_or_default();
             let _ = write_all(log, half, self.commits_len).await;
             self.log_tail_dirty = true;
@@ -900,7 +927,14 @@ impl Spool {
                 std::io::Error::from(std::io::ErrorKind::StorageFull),
             ));
         }
-        if let Err(e) = write_all(log, buf, self.commits_len).await {
+        let end = self.commits_len + buf.len() as u64;
+        let mapped = self.map_log(end).await
+            && self
+                .log_map
+                .as_ref()
+                .is_some_and(|map| map.write(self.commits_len, buf));
+        let log = self.commits.as_ref().expect("created above");
+        if !mapped && let Err(e) = write_all(log, buf, self.commits_len).await {
             self.log_tail_dirty = true;
             return Err(StorageError::io(
                 "appending to",
@@ -913,9 +947,56 @@ impl Spool {
         Ok(())
     }
 
+    /// Makes the commit log's mapping cover `[0, end)`, extending the file ahead of it
+    /// (zeros, which recovery reads as the end of the log), and returns whether the record
+    /// ending at `end` may be copied into it; false sends records through `pwrite` for the
+    /// rest of this fragment.
+    ///
+    /// Why: a commit record is a few dozen bytes, and its `pwrite` (an ext4 buffered write
+    /// per append) cost about a twentieth of the broker's CPU for one-record appends
+    /// (`ARCHITECTURE.md`, "Deviations"). A copy into a mapping costs no system call; the
+    /// kernel faults in one page per 4 KiB of records.
+    async fn map_log(&mut self, end: u64) -> bool {
+        if self.log_map_off {
+            return false;
+        }
+        if self.log_map.as_ref().is_some_and(|map| map.len() >= end) {
+            return true;
+        }
+        let Some(log) = self.commits.clone() else {
+            return false;
+        };
+        let from = self.log_map.as_ref().map_or(0, Mapped::len);
+        let to = (end + end.clamp(LOG_EXTEND_MIN, LOG_EXTEND_MAX)).next_multiple_of(4096);
+        // Before the await: a caller dropped meanwhile may leave the file extended.
+        self.log_extended = true;
+        let extended = extend(&log, from, to).await;
+        self.log_map = None;
+        let mapped = extended.and_then(|()| Mapped::new(&log, to));
+        match mapped {
+            Ok(map) => {
+                self.log_map = Some(map);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(path = %self.file.commits_path().display(), error = %e,
+                    "commit log not mapped; its records are written with pwrite");
+                self.log_map_off = true;
+                false
+            }
+        }
+    }
+
     /// Closes the log and hands back the fragment if it has content, else
     /// deletes its files.
     async fn complete(mut self) -> Option<LocalFragment> {
+        self.log_map = None;
+        if self.log_extended
+            && let Some(log) = &self.commits
+            && let Err(e) = log.truncate(self.commits_len).await
+        {
+            tracing::warn!(path = %self.file.commits_path().display(), error = %e, "cutting a completed commit log");
+        }
         let had_log = self.commits.is_some();
         if let Some(log) = self.commits.take()
             && let Err(e) = close_log(log).await
@@ -1124,6 +1205,7 @@ async fn recover_fragment(
     let mut scanned = None;
     let mut log_len = 0;
     let mut log_crc = 0;
+    let mut tail_zero = false;
     if let Some(log) = &log {
         log_len = log
             .file_size()
@@ -1135,6 +1217,7 @@ async fn recover_fragment(
         scanned = record::scan(&buf, begin, content_len);
         if let Some(s) = &scanned {
             log_crc = crc32c::crc32c(&buf[..s.valid_len]);
+            tail_zero = buf[s.valid_len..].iter().all(|&b| b == 0);
         }
     }
 
@@ -1160,12 +1243,13 @@ async fn recover_fragment(
             .map_err(|e| StorageError::io("truncating", path, e.into()))?;
     }
     if log_len > scanned.valid_len as u64 {
-        tracing::warn!(
-            journal,
-            begin,
-            cut = log_len - scanned.valid_len as u64,
-            "cutting torn commit log tail"
-        );
+        let cut = log_len - scanned.valid_len as u64;
+        // Zeros are the room a running spool keeps ahead of its records (`map_log`).
+        if tail_zero {
+            tracing::debug!(journal, begin, cut, "cutting the commit log's room ahead");
+        } else {
+            tracing::warn!(journal, begin, cut, "cutting torn commit log tail");
+        }
         log.truncate(scanned.valid_len as u64)
             .await
             .map_err(|e| StorageError::io("truncating", log_path, e.into()))?;

@@ -432,8 +432,13 @@ fn recovery_ignores_torn_commit_record() {
             spool.commit(labels(&[("k", "2")])).await.unwrap();
             (first, spool.file().commits_path().to_owned())
         };
-        // Tear the last record: cut the log mid-record.
-        let len = std::fs::metadata(&log_path).unwrap().len();
+        // Tear the last record: cut the log mid-record. (A running spool keeps zeros
+        // ahead of its records, so the records end before the file does.)
+        let buf = std::fs::read(&log_path).unwrap();
+        let len = crate::record::scan(&buf, first.begin, 11)
+            .unwrap()
+            .valid_len as u64;
+        assert!(buf[len as usize..].iter().all(|&b| b == 0));
         let log = std::fs::OpenOptions::new()
             .write(true)
             .open(&log_path)
@@ -705,5 +710,88 @@ fn a_write_dropped_during_its_reservation_still_frees_the_blocks() {
             return;
         }
         roll_and_check_blocks_freed(spool, &content, &path).await;
+    });
+}
+
+/// The records of `log_path` (a fragment beginning at `begin` with `content_len` bytes):
+/// their length, and whether everything after them is zeros.
+fn log_records(log_path: &Path, begin: i64, content_len: u64) -> (u64, u64, bool) {
+    let buf = std::fs::read(log_path).unwrap();
+    let scanned = crate::record::scan(&buf, begin, content_len).unwrap();
+    let zeros = buf[scanned.valid_len..].iter().all(|&b| b == 0);
+    (scanned.valid_len as u64, buf.len() as u64, zeros)
+}
+
+#[test]
+fn mapped_commit_records_survive_a_crash_and_completed_logs_are_cut_to_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        let mut last = None;
+        // Enough records to outgrow the first mapping (64 KiB ahead of the first record).
+        for i in 0..3000 {
+            spool.write(&b("x")).await.unwrap();
+            last = Some(
+                spool
+                    .commit(labels(&[("k", &i.to_string())]))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let last = last.unwrap();
+        assert!(spool.log_map.as_ref().is_some_and(|m| m.len() > 64 << 10));
+        let log_path = spool.file().commits_path().to_owned();
+        let (records, file_len, zeros) = log_records(&log_path, 0, 3000);
+        assert_eq!(records, spool.commits_len);
+        assert!(
+            file_len > records && zeros,
+            "the log keeps zeroed room ahead"
+        );
+        // kill -9: nothing is closed or cut.
+        drop(spool);
+
+        let (mut spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+        assert!(completed.is_empty());
+        assert_eq!(spool.fragment(), &last);
+        assert_eq!(spool.registers(), &labels(&[("k", "2999")]));
+        let (records, file_len, _) = log_records(&log_path, 0, 3000);
+        assert_eq!(file_len, records, "recovery cut the zeros");
+
+        // Appends go on (mapping again), and a roll cuts the completed log to its records.
+        spool.write(&b("yz")).await.unwrap();
+        let f = spool.commit(labels(&[("k", "last")])).await.unwrap();
+        assert_eq!(f.end, 3002);
+        let done = spool.roll(3002, Raw).await.unwrap().unwrap();
+        assert_eq!(done.fragment, f);
+        let (records, file_len, _) = log_records(&log_path, 0, 3002);
+        assert_eq!(file_len, records);
+        assert_eq!(std::fs::metadata(done.file.path()).unwrap().len(), 3002);
+        drop(spool);
+        let (spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(completed.len(), 1);
+        assert_eq!(completed[0].fragment, f);
+        assert_eq!((spool.fragment().begin, spool.fragment().end), (3002, 3002));
+    });
+}
+
+#[test]
+fn commit_records_go_through_pwrite_where_the_log_cannot_be_mapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        // As after a failed `fallocate` or `mmap` (a file system without them).
+        spool.log_map_off = true;
+        spool.write(&b("hello")).await.unwrap();
+        let f = spool.commit(labels(&[("k", "v")])).await.unwrap();
+        assert!(spool.log_map.is_none());
+        let log_path = spool.file().commits_path().to_owned();
+        let (records, file_len, _) = log_records(&log_path, 0, 5);
+        assert_eq!((records, file_len), (spool.commits_len, spool.commits_len));
+        drop(spool);
+        let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment(), &f);
+        assert_eq!(spool.registers(), &labels(&[("k", "v")]));
     });
 }
