@@ -175,7 +175,16 @@ const RESERVE_MAX: u64 = 16 << 20;
 /// every journal of the core. The write awaits the reservation (a write into the file
 /// would wait for the inode lock the `fallocate` holds anyway). The helper gets its own
 /// descriptor (a `dup`), so a caller dropped meanwhile leaves it nothing to outlive.
-pub(crate) async fn reserve(file: &BufferedFile, reserved: &mut Option<u64>, end: u64) {
+///
+/// With `extend`, the reservation also extends the file's length to its end (`fallocate`
+/// with mode 0), as a spool whose content is written through a mapping needs (`Mapped`);
+/// the completed spool's `truncate` then cuts the zeros past its end.
+pub(crate) async fn reserve(
+    file: &BufferedFile,
+    reserved: &mut Option<u64>,
+    end: u64,
+    extend: bool,
+) {
     use std::os::fd::{AsRawFd, BorrowedFd};
     let Some(have) = *reserved else { return };
     if end <= have {
@@ -198,8 +207,9 @@ pub(crate) async fn reserve(file: &BufferedFile, reserved: &mut Option<u64>, end
     };
     let done = glommio::executor()
         .spawn_blocking(move || {
+            let mode = if extend { 0 } else { libc::FALLOC_FL_KEEP_SIZE };
             // SAFETY: `fd` is owned by this closure; fallocate reads no memory.
-            unsafe { libc::fallocate(fd.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, len) == 0 }
+            unsafe { libc::fallocate(fd.as_raw_fd(), mode, at, len) == 0 }
         })
         .await;
     *reserved = done.then_some(to);

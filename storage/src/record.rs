@@ -7,17 +7,25 @@
 //!
 //! ```text
 //! header (16 bytes):
-//!   [0..8)   magic "CRNTCMT1"
+//!   [0..8)   magic "CRNTCMT2" (or "CRNTCMT1": records without a sum)
 //!   [8..12)  i32 LE compression codec of the fragment
 //!   [12..16) u32 LE crc32c of bytes [0..12)
-//! record (24 + n bytes):
+//! record (44 + n bytes; 24 + n without the sum):
 //!   [0..4)    u32 LE n = length of the registers, or UNCHANGED (0xffff_ffff):
 //!             the registers are those of the previous record
 //!   [4..12)   i64 LE committed end offset of the fragment (exclusive)
 //!   [12..20)  i64 LE wall-clock time of the commit, Unix milliseconds
-//!   [20..20+n) protocol::LabelSet, prost-encoded (absent if UNCHANGED)
-//!   [20+n..24+n) u32 LE crc32c of bytes [0..20+n)
+//!   [20..40)  SHA-1 of the fragment's content [begin, end) (the zero sum when
+//!             empty); absent in a "CRNTCMT1" log
+//!   then n bytes of protocol::LabelSet, prost-encoded (absent if UNCHANGED),
+//!   then u32 LE crc32c of every byte of the record before it
 //! ```
+//!
+//! The sum lets recovery check the content a record commits: a log whose records reached
+//! the disk before the content they cover (a power loss without `fdatasync`, where the
+//! content file's blocks were reserved ahead and read as zeros) is cut back to the last
+//! record whose sum the content matches. Logs written before sums (`CRNTCMT1`) are read
+//! as they were, and a spool recovered from one keeps writing records without sums.
 //!
 //! Decoders never panic on their input: every malformed byte sequence is a
 //! torn or corrupt tail, and ends the scan.
@@ -26,11 +34,13 @@ use prost::Message;
 use protocol::LabelSet;
 
 pub const HEADER_LEN: usize = 16;
-const MAGIC: &[u8; 8] = b"CRNTCMT1";
+const MAGIC_V1: &[u8; 8] = b"CRNTCMT1";
+const MAGIC: &[u8; 8] = b"CRNTCMT2";
+const SUM_LEN: usize = 20;
 const UNCHANGED: u32 = u32::MAX;
 const RECORD_FIXED_LEN: usize = 24;
 
-/// Encodes the commit-log header of a fragment with `codec`.
+/// Encodes the commit-log header of a fragment with `codec`, for records with sums.
 pub fn encode_header(codec: i32, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(MAGIC);
@@ -40,16 +50,19 @@ pub fn encode_header(codec: i32, out: &mut Vec<u8>) {
     assert_eq!(out.len() - start, HEADER_LEN);
 }
 
-/// Decodes a commit-log header, returning the fragment's codec.
-pub fn decode_header(buf: &[u8]) -> Option<i32> {
+/// Decodes a commit-log header, returning the fragment's codec and whether its records
+/// carry sums.
+pub fn decode_header(buf: &[u8]) -> Option<(i32, bool)> {
     let header = buf.get(..HEADER_LEN)?;
-    if &header[0..8] != MAGIC {
-        return None;
-    }
+    let sums = match &header[0..8] {
+        m if m == MAGIC => true,
+        m if m == MAGIC_V1 => false,
+        _ => return None,
+    };
     if crc32c::crc32c(&header[0..12]) != read_u32(header, 12)? {
         return None;
     }
-    Some(i32::from_le_bytes(header[8..12].try_into().ok()?))
+    Some((i32::from_le_bytes(header[8..12].try_into().ok()?), sums))
 }
 
 /// One commit: the fragment's new end, when it happened, and the registers
@@ -58,10 +71,14 @@ pub fn decode_header(buf: &[u8]) -> Option<i32> {
 pub struct CommitRecord {
     pub end: i64,
     pub time_unix_ms: i64,
+    /// SHA-1 of the fragment's content up to `end`: always in a log with sums, never in one
+    /// without.
+    pub sum: Option<[u8; SUM_LEN]>,
     pub registers: Option<LabelSet>,
 }
 
-/// Appends the encoding of `record` to `out`.
+/// Appends the encoding of `record` to `out`, with its sum if it has one (as the log's
+/// header says its records do).
 pub fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
     let start = out.len();
     let registers_len = match &record.registers {
@@ -75,6 +92,9 @@ pub fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(&registers_len.to_le_bytes());
     out.extend_from_slice(&record.end.to_le_bytes());
     out.extend_from_slice(&record.time_unix_ms.to_le_bytes());
+    if let Some(sum) = &record.sum {
+        out.extend_from_slice(sum);
+    }
     if let Some(registers) = &record.registers {
         registers
             .encode(out)
@@ -84,16 +104,19 @@ pub fn encode_record(record: &CommitRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
-/// Decodes the record at the start of `buf`, returning it and its length,
-/// or None if the bytes are not a complete and intact record.
-pub fn decode_record(buf: &[u8]) -> Option<(CommitRecord, usize)> {
+/// Decodes the record at the start of `buf` (of a log whose records carry sums, or not),
+/// returning it and its length, or None if the bytes are not a complete and intact record.
+pub fn decode_record(buf: &[u8], sums: bool) -> Option<(CommitRecord, usize)> {
     let registers_len = read_u32(buf, 0)?;
     let body_len = if registers_len == UNCHANGED {
         0
     } else {
         registers_len as usize
     };
-    let len = RECORD_FIXED_LEN.checked_add(body_len)?;
+    let sum_len = if sums { SUM_LEN } else { 0 };
+    let len = RECORD_FIXED_LEN
+        .checked_add(sum_len)?
+        .checked_add(body_len)?;
     let record = buf.get(..len)?;
     let crc_at = len - 4;
     if crc32c::crc32c(&record[..crc_at]) != read_u32(record, crc_at)? {
@@ -101,15 +124,21 @@ pub fn decode_record(buf: &[u8]) -> Option<(CommitRecord, usize)> {
     }
     let end = read_i64(record, 4)?;
     let time_unix_ms = read_i64(record, 12)?;
+    let sum = if sums {
+        Some(record.get(20..20 + SUM_LEN)?.try_into().ok()?)
+    } else {
+        None
+    };
     let registers = if registers_len == UNCHANGED {
         None
     } else {
-        Some(LabelSet::decode(&record[20..crc_at]).ok()?)
+        Some(LabelSet::decode(&record[20 + sum_len..crc_at]).ok()?)
     };
     Some((
         CommitRecord {
             end,
             time_unix_ms,
+            sum,
             registers,
         },
         len,
@@ -131,6 +160,10 @@ pub struct Recovered {
     pub valid_len: usize,
     /// Number of valid records.
     pub records: usize,
+    /// Whether the records carry sums (the log's header says so).
+    pub sums: bool,
+    /// Each valid record's end and sum, in order (empty without sums).
+    pub ends: Vec<(i64, [u8; SUM_LEN])>,
 }
 
 /// Scans the commit log `buf` of the fragment beginning at `begin` whose
@@ -140,7 +173,17 @@ pub struct Recovered {
 /// file, and it has a registers base (the first record must carry them).
 /// The first invalid record ends the scan: later bytes are never trusted.
 pub fn scan(buf: &[u8], begin: i64, content_len: u64) -> Option<Recovered> {
-    let codec = decode_header(buf)?;
+    scan_first(buf, begin, content_len, usize::MAX)
+}
+
+/// [`scan`], keeping at most the first `max_records` valid records.
+pub fn scan_first(
+    buf: &[u8],
+    begin: i64,
+    content_len: u64,
+    max_records: usize,
+) -> Option<Recovered> {
+    let (codec, sums) = decode_header(buf)?;
     let mut out = Recovered {
         codec,
         end: begin,
@@ -148,12 +191,19 @@ pub fn scan(buf: &[u8], begin: i64, content_len: u64) -> Option<Recovered> {
         first_append_unix_ms: None,
         valid_len: HEADER_LEN,
         records: 0,
+        sums,
+        ends: Vec::new(),
     };
     let max_end = begin.checked_add(i64::try_from(content_len).ok()?)?;
 
-    while let Some((record, len)) = decode_record(&buf[out.valid_len..]) {
+    while out.records < max_records
+        && let Some((record, len)) = decode_record(&buf[out.valid_len..], sums)
+    {
         if record.end < out.end || record.end > max_end {
             break;
+        }
+        if let Some(sum) = record.sum {
+            out.ends.push((record.end, sum));
         }
         match record.registers {
             Some(registers) => out.registers = registers,
@@ -210,6 +260,7 @@ mod tests {
         CommitRecord {
             end,
             time_unix_ms: time,
+            sum: Some([end as u8; SUM_LEN]),
             registers,
         }
     }
@@ -219,13 +270,62 @@ mod tests {
         for r in [record(10, 5, Some(regs("a", "1"))), record(-3, 0, None)] {
             let mut buf = Vec::new();
             encode_record(&r, &mut buf);
-            assert_eq!(decode_record(&buf), Some((r, buf.len())));
+            assert_eq!(
+                buf.len(),
+                RECORD_FIXED_LEN + SUM_LEN + r.registers.as_ref().map_or(0, |r| r.encoded_len())
+            );
+            assert_eq!(decode_record(&buf, true), Some((r.clone(), buf.len())));
+            // Read as a record without a sum, its bytes do not check.
+            assert_eq!(decode_record(&buf, false), None);
+            let old = CommitRecord { sum: None, ..r };
+            let mut buf = Vec::new();
+            encode_record(&old, &mut buf);
+            assert_eq!(decode_record(&buf, false), Some((old, buf.len())));
         }
         let mut header = Vec::new();
         encode_header(2, &mut header);
-        assert_eq!(decode_header(&header), Some(2));
+        assert_eq!(decode_header(&header), Some((2, true)));
         header[3] ^= 1;
         assert_eq!(decode_header(&header), None);
+    }
+
+    #[test]
+    fn logs_without_sums_are_read_as_before() {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(MAGIC_V1);
+        buf.extend_from_slice(&4i32.to_le_bytes());
+        let crc = crc32c::crc32c(&buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        for r in [record(100, 7, Some(regs("a", "1"))), record(110, 8, None)] {
+            encode_record(&CommitRecord { sum: None, ..r }, &mut buf);
+        }
+        let got = scan(&buf, 100, 10).unwrap();
+        assert_eq!(
+            (got.codec, got.sums, got.end, got.records),
+            (4, false, 110, 2)
+        );
+        assert_eq!(got.registers, regs("a", "1"));
+        assert!(got.ends.is_empty());
+        assert_eq!(got.valid_len, buf.len());
+    }
+
+    #[test]
+    fn scan_first_keeps_a_prefix_of_the_records() {
+        let buf = log(&[
+            record(100, 7, Some(regs("a", "1"))),
+            record(110, 8, Some(regs("a", "2"))),
+            record(120, 9, None),
+        ]);
+        let all = scan(&buf, 100, 20).unwrap();
+        assert_eq!(
+            all.ends.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [100, 110, 120]
+        );
+        let two = scan_first(&buf, 100, 20, 2).unwrap();
+        assert_eq!((two.end, two.records), (110, 2));
+        assert_eq!(two.registers, regs("a", "2"));
+        assert_eq!(two.ends, all.ends[..2]);
+        assert!(two.valid_len < all.valid_len);
     }
 
     #[test]
@@ -245,7 +345,7 @@ mod tests {
         assert_eq!(got.records, 3);
 
         // Every cut inside the last record recovers the previous commit.
-        let last_start = buf.len() - RECORD_FIXED_LEN;
+        let last_start = buf.len() - RECORD_FIXED_LEN - SUM_LEN;
         for cut in last_start..buf.len() {
             let got = scan(&buf[..cut], 100, 20).unwrap();
             assert_eq!((got.end, got.valid_len, got.records), (110, last_start, 2));
@@ -285,7 +385,8 @@ mod tests {
             let mut buf = log(&[]);
             buf.extend_from_slice(&junk);
             let _ = scan(&buf, 0, 1 << 20);
-            let _ = decode_record(&junk);
+            let _ = decode_record(&junk, true);
+            let _ = decode_record(&junk, false);
         }
     }
 }

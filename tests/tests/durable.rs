@@ -141,13 +141,15 @@ async fn without_the_flag_nothing_is_synced() {
 }
 
 /// Where the record of `log` that commits offset `end` ends (see `storage::record`: a
-/// 16-byte header, then records of 24 bytes and their registers).
+/// 16-byte header, then records of 24 bytes, the fragment's 20-byte SHA-1 in a log of
+/// format 2 (`CRNTCMT2`), and their registers).
 fn record_end(log: &[u8], end: i64) -> u64 {
+    let fixed = if &log[..8] == b"CRNTCMT2" { 44 } else { 24 };
     let mut at = 16;
-    while at + 24 <= log.len() {
+    while at + fixed <= log.len() {
         let n = u32::from_le_bytes(log[at..at + 4].try_into().unwrap());
         let record_end = i64::from_le_bytes(log[at + 4..at + 12].try_into().unwrap());
-        at += 24 + if n == u32::MAX { 0 } else { n as usize };
+        at += fixed + if n == u32::MAX { 0 } else { n as usize };
         if record_end == end {
             return at as u64;
         }

@@ -9,10 +9,12 @@
 //!
 //! # Write path
 //!
-//! 1. `write`: the content is copied into a buffer owned by glommio and
-//!    written at file position `end - begin + delta` (one `pwrite` through
-//!    io_uring, awaited). The pending SHA-1 and `delta` advance.
-//! 2. `commit`: one record (end, time, registers if changed, crc32c) is
+//! 1. `write`: the content is written at file position `end - begin + delta`:
+//!    copied into a shared mapping of the file's reserved blocks when shorter
+//!    than 4 KiB (see `Spool::maps_content`), else one `pwrite` on the core.
+//!    The pending SHA-1 and `delta` advance.
+//! 2. `commit`: one record (end, time, the fragment's SHA-1, registers if
+//!    changed, crc32c) is
 //!    appended to the `.commits` log: copied into a shared mapping of the log's
 //!    first blocks (see `Spool::map_log`), or written with `pwrite` where the log
 //!    cannot be mapped. **This is the durability
@@ -44,7 +46,7 @@
 //! # Recovery
 //!
 //! See [`Spool::open`]: each fragment is cut to the end of its last intact
-//! commit record and re-hashed; the fragment with the greatest begin becomes
+//! commit record whose sum its content matches, and re-hashed; the fragment with the greatest begin becomes
 //! the spool again, the others are returned as completed fragments.
 
 use std::path::{Path, PathBuf};
@@ -57,21 +59,25 @@ use protocol::{CompressionCodec, Fragment, LabelSet};
 use sha1::{Digest, Sha1};
 
 use crate::StorageError;
-use crate::fragment::{
-    FragmentFile, LocalFragment, Mapped, extend, open_rw, read_up_to, reserve, write_all,
-};
+use crate::fragment::{FragmentFile, LocalFragment, Mapped, extend, open_rw, reserve, write_all};
 use crate::record::{self, CommitRecord};
 use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
 pub mod durable;
+mod recovery;
 pub mod summing;
 pub mod wal;
 pub use durable::{SyncBatcher, SyncGate, SyncTicket};
+#[cfg(test)]
+use recovery::RECOVERY_READ_LEN;
+use recovery::{RecoveredFragment, list_fragments, prepare_dir, recover_fragment};
 pub use wal::Wal;
 
-/// Chunk size for re-hashing a fragment's content during recovery.
-const RECOVERY_READ_LEN: usize = 1 << 20;
+/// Content writes shorter than this go through the content file's mapping; longer ones
+/// through `pwrite`: each new 4 KiB page of a mapping costs a page fault, more than
+/// `pwrite`'s bulk copy (`ARCHITECTURE.md`, "Deviations": 64 KiB cost 10 KB appends 14 %).
+const MAPPED_WRITE_MAX: usize = 4 << 10;
 /// The commit log's file is extended ahead of its records by at least this much...
 const LOG_EXTEND_MIN: u64 = 64 << 10;
 /// ...and at most this much (otherwise as much again as the log holds).
@@ -144,6 +150,14 @@ pub struct Spool {
     /// The log's file was extended past `commits_len` (zeros): the completed fragment's
     /// log is cut to its records.
     log_extended: bool,
+    /// The log's records carry the fragment's sum (`record`'s format 2): every log this
+    /// spool creates, not one recovered from an older version.
+    log_sums: bool,
+    /// Content writes shorter than [`MAPPED_WRITE_MAX`] are copied into this mapping of
+    /// the content file's reserved blocks (see [`Spool::maps_content`]).
+    content_map: Option<Mapped>,
+    /// Mapping the content failed, or the spool is durable: content goes through `pwrite`.
+    content_map_off: bool,
     /// Registers as of the last record in the log (None: no record yet).
     logged_registers: Option<LabelSet>,
     /// SHA-1 over [begin, end).
@@ -205,7 +219,9 @@ impl Spool {
     ///
     /// * For each `.spool` file, the last intact record of its `.commits` log
     ///   gives the committed end (a torn record at the tail is ignored, as is
-    ///   every record after a damaged one). Content past that end was never
+    ///   every record after a damaged one), cut back, where the records carry
+    ///   sums, to the last record whose sum the content matches (a power loss
+    ///   can keep records whose content never reached the disk). Content past that end was never
     ///   acknowledged: the file is cut to it. Registers are those of the last
     ///   intact record, the SHA-1 is recomputed from the file, and the first
     ///   append time is that of the first record that added content.
@@ -305,6 +321,9 @@ impl Spool {
             log_map: None,
             log_map_off: false,
             log_extended: false,
+            log_sums: true,
+            content_map: None,
+            content_map_off: false,
             logged_registers: None,
             committed_sum: Summer::new(),
             pending_sum: Summer::new(),
@@ -342,6 +361,9 @@ impl Spool {
             log_map: None,
             log_map_off: false,
             log_extended: false,
+            log_sums: r.log_sums,
+            content_map: None,
+            content_map_off: false,
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
             written_len,
@@ -453,15 +475,25 @@ impl Spool {
         let mut reserved = self.reserved;
         let end = pos + content.len() as u64;
         self.reserving |= reserved.is_some_and(|r| end > r);
+        let maps = self.maps_content();
+        let (map, map_off) = (&mut self.content_map, &mut self.content_map_off);
         let result = async {
             let handle = file.get_or_create().await?;
-            reserve(handle, &mut reserved, end).await;
+            reserve(handle, &mut reserved, end, maps).await;
             if fail {
                 let half = content.get(..content.len() / 2).unwrap_or_default();
                 write_all(handle, half, pos)
                     .await
                     .and_then(|()| Err(std::io::Error::from(std::io::ErrorKind::StorageFull)))
                     .map_err(|e| StorageError::io("writing", file.path(), e))?;
+            }
+            if maps
+                && content.len() < MAPPED_WRITE_MAX
+                && let Some(reserved) = reserved
+                && map_content(handle, map, map_off, reserved, end)
+                && map.as_ref().is_some_and(|m| m.write(pos, content))
+            {
+                return Ok(());
             }
             write_all(handle, content, pos)
                 .await
@@ -514,10 +546,11 @@ impl Spool {
         let next = self.next();
         let now = SystemTime::now();
 
-        let mut buf = Vec::with_capacity(64);
+        let mut buf = Vec::with_capacity(96);
         // Also when a first commit's write failed after creating the log.
         if self.commits_len == 0 {
             record::encode_header(self.fragment.compression_codec, &mut buf);
+            self.log_sums = true;
         }
         let (log_pos, log_crc) = (self.commits_len, self.log_crc);
         let changed = self.logged_registers.as_ref() != Some(&registers);
@@ -525,6 +558,7 @@ impl Spool {
             &CommitRecord {
                 end: next.end,
                 time_unix_ms: unix_ms(now),
+                sum: self.record_sum(&next),
                 registers: changed.then(|| registers.clone()),
             },
             &mut buf,
@@ -669,12 +703,14 @@ impl Spool {
     async fn mark_begin(&mut self) -> Result<(), StorageError> {
         debug_assert!(self.commits.is_none() && self.fragment.end == self.fragment.begin);
         self.file.get_or_create().await?;
-        let mut buf = Vec::with_capacity(64);
+        let mut buf = Vec::with_capacity(96);
         record::encode_header(self.fragment.compression_codec, &mut buf);
+        self.log_sums = true;
         record::encode_record(
             &CommitRecord {
                 end: self.fragment.begin,
                 time_unix_ms: unix_ms(SystemTime::now()),
+                sum: self.record_sum(&self.fragment),
                 registers: Some(self.registers.clone()),
             },
             &mut buf,
@@ -828,6 +864,8 @@ impl Spool {
     /// fragment may have been only in the page cache).
     pub fn set_sync_gate(&mut self, gate: SyncGate) {
         self.gate = Some(gate);
+        self.content_map = None;
+        self.content_map_off = true;
         self.dirs_dirty = true;
         if self.commits.is_some() {
             self.note_commit();
@@ -947,6 +985,27 @@ impl Spool {
         Ok(())
     }
 
+    /// Whether content is written through a mapping of the content file: not in durable
+    /// mode (its commit log replays content by the file's length), not where the commit
+    /// log's records carry no sums, and not once mapping failed.
+    ///
+    /// Why: a short append's content `pwrite` cost about a twentieth of the broker's CPU
+    /// (`ARCHITECTURE.md`, "Deviations"). The file's blocks are reserved ahead of the
+    /// writes and its length extended with them (`reserve`), so a mapped page never lies
+    /// past the end of the file nor needs a block at the copy; the zeros past the committed
+    /// end are what the length no longer bounds, and recovery checks the content against
+    /// the records' sums instead.
+    fn maps_content(&self) -> bool {
+        self.gate.is_none() && self.log_sums && !self.content_map_off
+    }
+
+    /// The sum a commit record of `fragment` carries in this spool's log (none in a log
+    /// recovered from a version without sums).
+    fn record_sum(&self, fragment: &Fragment) -> Option<[u8; 20]> {
+        let sum = fragment.sum.unwrap_or_else(zero_sum);
+        self.log_sums.then(|| protocol::sum::sum_to_bytes(&sum))
+    }
+
     /// Makes the commit log's mapping cover `[0, end)`, extending the file ahead of it
     /// (zeros, which recovery reads as the end of the log), and returns whether the record
     /// ending at `end` may be copied into it; false sends records through `pwrite` for the
@@ -991,6 +1050,7 @@ impl Spool {
     /// deletes its files.
     async fn complete(mut self) -> Option<LocalFragment> {
         self.log_map = None;
+        self.content_map = None;
         if self.log_extended
             && let Some(log) = &self.commits
             && let Err(e) = log.truncate(self.commits_len).await
@@ -1084,32 +1144,6 @@ pub fn same_fragment(a: &Fragment, b: &Fragment) -> bool {
         && a.path_postfix == b.path_postfix
 }
 
-/// A fragment read back from disk by `open`.
-struct RecoveredFragment {
-    fragment: Fragment,
-    registers: LabelSet,
-    first_append_time: Option<SystemTime>,
-    file: BufferedFile,
-    commits: BufferedFile,
-    commits_len: u64,
-    /// crc32c of the log's first `commits_len` bytes.
-    log_crc: u32,
-    sum: Summer,
-}
-
-impl RecoveredFragment {
-    async fn into_completed(self, dir: &Path) -> LocalFragment {
-        if let Err(e) = self.commits.close().await {
-            tracing::warn!(error = %e, "closing recovered commit log");
-        }
-        let file = FragmentFile::with_file(dir, self.fragment.begin, self.file);
-        LocalFragment {
-            fragment: self.fragment,
-            file: Rc::new(file),
-        }
-    }
-}
-
 /// Closes a commit log, unless a sync in flight still holds it (it is then closed when
 /// the sync lets go of it).
 async fn close_log(log: Rc<BufferedFile>) -> glommio::Result<(), ()> {
@@ -1119,194 +1153,30 @@ async fn close_log(log: Rc<BufferedFile>) -> glommio::Result<(), ()> {
     }
 }
 
-/// Creates the journal directory and its `JOURNAL` file, or checks that an
-/// existing directory belongs to `journal`. Blocking, once per `open`.
-fn prepare_dir(dir: &Path, journal: &str) -> Result<(), StorageError> {
-    std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
-    let path = dir.join(JOURNAL_FILE);
-    match std::fs::read(&path) {
-        // An empty file is a JOURNAL write lost to power failure: rewrite it.
-        Ok(found) if !found.is_empty() => {
-            if found != journal.as_bytes() {
-                return Err(StorageError::JournalMismatch {
-                    dir: dir.to_owned(),
-                    journal: journal.to_owned(),
-                    found: String::from_utf8_lossy(&found).into_owned(),
-                });
-            }
-            Ok(())
-        }
-        Ok(_) => std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::write(&path, journal).map_err(|e| StorageError::io("writing", &path, e))
-        }
-        Err(e) => Err(StorageError::io("reading", &path, e)),
+/// Makes `map` cover the content file's reserved blocks `[0, reserved)` (which the file's
+/// length covers) if it does not reach `end` yet; false (and `off`) where mapping failed.
+fn map_content(
+    file: &BufferedFile,
+    map: &mut Option<Mapped>,
+    off: &mut bool,
+    reserved: u64,
+    end: u64,
+) -> bool {
+    if map.as_ref().is_some_and(|m| m.len() >= end) {
+        return true;
     }
-}
-
-/// Begins of the fragments in `dir` (named `<begin %016x>.spool`), ascending.
-/// Commit logs without a content file are leftovers of a deletion cut short,
-/// and are removed. Blocking, once per `open`.
-fn list_fragments(dir: &Path) -> Result<Vec<i64>, StorageError> {
-    let mut spools = Vec::new();
-    let mut logs = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| StorageError::io("listing", dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io("listing", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(begin) = name.strip_suffix(".spool").and_then(parse_begin) {
-            spools.push(begin);
-        } else if let Some(begin) = name.strip_suffix(".commits").and_then(parse_begin) {
-            logs.push(begin);
+    *map = None;
+    match Mapped::new(file, reserved) {
+        Ok(m) => {
+            *map = Some(m);
+            true
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "spool content not mapped; its writes use pwrite");
+            *off = true;
+            false
         }
     }
-    spools.sort_unstable();
-    for begin in logs {
-        if spools.binary_search(&begin).is_err() {
-            let path = dir.join(format!("{begin:016x}.commits"));
-            tracing::warn!(path = %path.display(), "removing commit log without content file");
-            std::fs::remove_file(&path).map_err(|e| StorageError::io("removing", &path, e))?;
-        }
-    }
-    Ok(spools)
-}
-
-fn parse_begin(hex: &str) -> Option<i64> {
-    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    i64::try_from(u64::from_str_radix(hex, 16).ok()?).ok()
-}
-
-/// Recovers the fragment beginning at `begin`, or deletes its files and
-/// returns None if it has no committed content.
-async fn recover_fragment(
-    dir: &Path,
-    journal: &str,
-    begin: i64,
-) -> Result<Option<RecoveredFragment>, StorageError> {
-    let names = FragmentFile::new(dir, begin);
-    let (path, log_path) = (names.path(), names.commits_path());
-
-    let file = open_rw(path, false)
-        .await
-        .map_err(|e| StorageError::io("opening", path, e))?;
-    let content_len = file
-        .file_size()
-        .await
-        .map_err(|e| StorageError::io("sizing", path, e.into()))?;
-
-    let log = match open_rw(log_path, false).await {
-        Ok(log) => Some(log),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(StorageError::io("opening", log_path, e)),
-    };
-    let mut scanned = None;
-    let mut log_len = 0;
-    let mut log_crc = 0;
-    let mut tail_zero = false;
-    if let Some(log) = &log {
-        log_len = log
-            .file_size()
-            .await
-            .map_err(|e| StorageError::io("sizing", log_path, e.into()))?;
-        let buf = read_up_to(log, 0, log_len as usize)
-            .await
-            .map_err(|e| StorageError::io("reading", log_path, e))?;
-        scanned = record::scan(&buf, begin, content_len);
-        if let Some(s) = &scanned {
-            log_crc = crc32c::crc32c(&buf[..s.valid_len]);
-            tail_zero = buf[s.valid_len..].iter().all(|&b| b == 0);
-        }
-    }
-
-    // A fragment without content is kept only if its log marks its begin (a roll's).
-    let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin || s.records > 0), log)
-    else {
-        tracing::warn!(journal, begin, path = %path.display(), "removing spool without committed content");
-        names.remove().await?;
-        return Ok(None);
-    };
-
-    let committed_len = (scanned.end - begin) as u64;
-    if content_len > committed_len {
-        tracing::warn!(
-            journal,
-            begin,
-            end = scanned.end,
-            cut = content_len - committed_len,
-            "cutting uncommitted spool content"
-        );
-        file.truncate(committed_len)
-            .await
-            .map_err(|e| StorageError::io("truncating", path, e.into()))?;
-    }
-    if log_len > scanned.valid_len as u64 {
-        let cut = log_len - scanned.valid_len as u64;
-        // Zeros are the room a running spool keeps ahead of its records (`map_log`).
-        if tail_zero {
-            tracing::debug!(journal, begin, cut, "cutting the commit log's room ahead");
-        } else {
-            tracing::warn!(journal, begin, cut, "cutting torn commit log tail");
-        }
-        log.truncate(scanned.valid_len as u64)
-            .await
-            .map_err(|e| StorageError::io("truncating", log_path, e.into()))?;
-    }
-
-    let sum = hash_content(&file, committed_len)
-        .await
-        .map_err(|e| StorageError::io("re-hashing", path, e))?;
-    let fragment = Fragment {
-        journal: journal.to_owned(),
-        begin,
-        end: scanned.end,
-        // An empty fragment (a roll's durable begin) has the zero sum, as every empty
-        // spool: its own proposal must match it after a restart.
-        sum: Some(if committed_len == 0 {
-            zero_sum()
-        } else {
-            sum.sum()
-        }),
-        compression_codec: scanned.codec,
-        backing_store: String::new(),
-        mod_time: 0,
-        path_postfix: String::new(),
-    };
-    tracing::info!(
-        journal,
-        begin,
-        end = scanned.end,
-        records = scanned.records,
-        "recovered spool fragment"
-    );
-    Ok(Some(RecoveredFragment {
-        fragment,
-        registers: scanned.registers,
-        first_append_time: scanned.first_append_unix_ms.and_then(from_unix_ms),
-        file,
-        commits: log,
-        commits_len: scanned.valid_len as u64,
-        log_crc,
-        sum,
-    }))
-}
-
-/// SHA-1 over the first `len` bytes of `file`.
-async fn hash_content(file: &BufferedFile, len: u64) -> std::io::Result<Summer> {
-    let mut sum = Summer::new();
-    let mut pos = 0u64;
-    while pos < len {
-        let want = (len - pos).min(RECOVERY_READ_LEN as u64) as usize;
-        let chunk = read_up_to(file, pos, want).await?;
-        if chunk.len() != want {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        sum.update(&chunk);
-        pos += want as u64;
-    }
-    Ok(sum)
 }
 
 async fn sync_dir(dir: &Path) -> Result<(), StorageError> {

@@ -268,9 +268,14 @@ fn write_commit_rollback() {
 
         let file = spool.file();
         assert_eq!(read_all(&file, &committed).await, b"foobarbaz");
-        // Reads within the fragment, and short reads at end of file.
+        // Reads within the fragment, and reads past its end (which readers bound by the
+        // committed end): the rolled-back bytes, then the zeros of the blocks reserved ahead
+        // of a mapped spool's writes, or the end of the file.
         assert_eq!(&file.read_at(3, 3).await.unwrap()[..], b"bar");
-        assert_eq!(&file.read_at(6, 100).await.unwrap()[..], b"bazXXXXX");
+        let past = file.read_at(6, 100).await.unwrap();
+        assert_eq!(&past[..8], b"bazXXXXX");
+        assert!(past[8..].iter().all(|&b| b == 0));
+        assert_eq!(past.len(), if spool.maps_content() { 100 } else { 8 });
         assert!(matches!(
             file.read_at(-1, 1).await,
             Err(StorageError::InvalidOffset { .. })
@@ -610,7 +615,8 @@ fn large_content_rehash() {
     });
 }
 
-/// Writes reserve the content file's blocks ahead of them without changing its length, and
+/// Writes reserve the content file's blocks ahead of them (changing its length only where
+/// the spool writes through a mapping), and
 /// the completed fragment frees what lies past its end.
 #[test]
 fn reserved_blocks_are_freed_at_completion() {
@@ -621,11 +627,12 @@ fn reserved_blocks_are_freed_at_completion() {
         let (spool, content) = spool_with_100_kb_committed(&root).await;
         let path = spool.file().path().to_owned();
         let meta = std::fs::metadata(&path).unwrap();
-        assert_eq!(
-            meta.len(),
-            content.len() as u64,
-            "a reservation keeps the length"
-        );
+        // A spool writing through a mapping extends the file with its reservation.
+        let expected = match spool.reserved {
+            Some(reserved) if spool.maps_content() => reserved,
+            _ => content.len() as u64,
+        };
+        assert_eq!(meta.len(), expected, "a reservation keeps the length");
         if spool.reserved.is_none() {
             eprintln!("this file system refuses reservations: nothing more to check");
             return;
@@ -793,5 +800,129 @@ fn commit_records_go_through_pwrite_where_the_log_cannot_be_mapped() {
         let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
         assert_eq!(spool.fragment(), &f);
         assert_eq!(spool.registers(), &labels(&[("k", "v")]));
+    });
+}
+
+#[test]
+fn mapped_content_survives_a_crash_and_is_cut_to_its_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert!(spool.maps_content());
+        let mut last = None;
+        for part in ["one", "two", "three"] {
+            spool.write(&b(part)).await.unwrap();
+            last = Some(spool.commit(labels(&[("k", part)])).await.unwrap());
+        }
+        spool.write(&b("pending")).await.unwrap();
+        assert!(spool.content_map.is_some());
+        let path = spool.file().path().to_owned();
+        assert!(
+            std::fs::metadata(&path).unwrap().len() > 11,
+            "reserved ahead"
+        );
+        assert_eq!(
+            read_all(&spool.file(), spool.fragment()).await,
+            b"onetwothree"
+        );
+        // kill -9: the pending write and the reserved zeros are cut at recovery.
+        drop(spool);
+        let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment(), &last.unwrap());
+        assert_eq!(spool.fragment().sum, Some(sum_of_bytes(b"onetwothree")));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 11);
+    });
+}
+
+/// A power loss can keep commit records whose content never reached the disk (blocks
+/// reserved ahead read as zeros): recovery keeps the records whose sums the content matches.
+#[test]
+fn content_that_does_not_match_its_records_sums_is_cut_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        let first = {
+            let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+            spool.write(&b("aaaa")).await.unwrap();
+            let first = spool.commit(labels(&[("k", "1")])).await.unwrap();
+            for part in ["bbbb", "cccc"] {
+                spool.write(&b(part)).await.unwrap();
+                spool.commit(labels(&[("k", part)])).await.unwrap();
+            }
+            first
+        };
+        // The last two commits' content lost: zeros where it was.
+        let dir = journal_dir(&root, J);
+        let content = FragmentFile::new(&dir, 0);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(content.path())
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0u8; 8], 4).unwrap();
+        drop(file);
+
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment(), &first);
+        assert_eq!(spool.registers(), &labels(&[("k", "1")]));
+        assert_eq!(std::fs::metadata(content.path()).unwrap().len(), 4);
+        // The cut log takes new records after the intact one.
+        spool.write(&b("dd")).await.unwrap();
+        let f = spool.commit(labels(&[("k", "2")])).await.unwrap();
+        drop(spool);
+        let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment(), &f);
+        assert_eq!(f.sum, Some(sum_of_bytes(b"aaaadd")));
+
+        // Content matching no record at all: the fragment is dropped.
+        drop(spool);
+        std::fs::write(content.path(), b"XXXXXX").unwrap();
+        let (spool, completed) = Spool::open(&root, J, Raw).await.unwrap();
+        assert!(completed.is_empty());
+        assert_eq!((spool.fragment().begin, spool.fragment().end), (0, 0));
+    });
+}
+
+/// A spool recovered from a log written before records had sums goes on with records
+/// without sums, through `pwrite`.
+#[test]
+fn logs_without_sums_are_recovered_and_continued() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    run(|| async move {
+        drop(Spool::open(&root, J, Raw).await.unwrap());
+        let dir = journal_dir(&root, J);
+        let names = FragmentFile::new(&dir, 0);
+        let mut log = Vec::new();
+        log.extend_from_slice(b"CRNTCMT1");
+        log.extend_from_slice(&(Raw as i32).to_le_bytes());
+        let crc = crc32c::crc32c(&log);
+        log.extend_from_slice(&crc.to_le_bytes());
+        record::encode_record(
+            &CommitRecord {
+                end: 5,
+                time_unix_ms: 1,
+                sum: None,
+                registers: Some(labels(&[("k", "old")])),
+            },
+            &mut log,
+        );
+        std::fs::write(names.commits_path(), &log).unwrap();
+        std::fs::write(names.path(), b"hello").unwrap();
+
+        let (mut spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment().end, 5);
+        assert_eq!(spool.registers(), &labels(&[("k", "old")]));
+        assert!(!spool.maps_content());
+        spool.write(&b(" world")).await.unwrap();
+        let f = spool.commit(labels(&[("k", "new")])).await.unwrap();
+        assert_eq!(std::fs::metadata(names.path()).unwrap().len(), 11);
+        drop(spool);
+        let bytes = std::fs::read(names.commits_path()).unwrap();
+        assert_eq!(&bytes[..8], b"CRNTCMT1");
+        let (spool, _) = Spool::open(&root, J, Raw).await.unwrap();
+        assert_eq!(spool.fragment(), &f);
+        assert_eq!(f.sum, Some(sum_of_bytes(b"hello world")));
+        assert_eq!(spool.registers(), &labels(&[("k", "new")]));
     });
 }
