@@ -246,10 +246,15 @@ pub(crate) async fn extend(file: &BufferedFile, from: u64, to: u64) -> std::io::
 /// ([`extend`]): a page past the end of the file faults with `SIGBUS`, and so would a page
 /// whose delayed allocation found the disk full. It unmaps before cutting the file.
 ///
+/// The process holds at most [`mapping_limit`] of them at once: a kernel's mappings per
+/// process are limited (`vm.max_map_count`), and the allocator and the runtime need theirs.
+/// Past the limit `new` fails, and the spool writes with `pwrite` instead.
+///
 /// Lives on: the thread of the spool that owns it (`!Send`: a raw pointer).
 pub(crate) struct Mapped {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
+    _live: Live,
 }
 
 impl Mapped {
@@ -260,6 +265,7 @@ impl Mapped {
             .ok()
             .filter(|&l| l > 0)
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        let live = Live::take(&LIVE_MAPPINGS, mapping_limit())?;
         // SAFETY: a fresh mapping chosen by the kernel; nothing else is at that address.
         let ptr = unsafe {
             libc::mmap(
@@ -275,7 +281,11 @@ impl Mapped {
             return Err(std::io::Error::last_os_error());
         }
         let ptr = std::ptr::NonNull::new(ptr.cast()).ok_or_else(std::io::Error::last_os_error)?;
-        Ok(Mapped { ptr, len })
+        Ok(Mapped {
+            ptr,
+            len,
+            _live: live,
+        })
     }
 
     /// Length of the mapped range.
@@ -307,6 +317,43 @@ impl Drop for Mapped {
         // `self` (writes copy in and return).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// Spool mappings live in this process.
+static LIVE_MAPPINGS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of a count of mappings (the process's: [`LIVE_MAPPINGS`]), given back when dropped.
+struct Live(&'static std::sync::atomic::AtomicUsize);
+
+impl Live {
+    /// One more of `count`, unless it holds `limit` already.
+    fn take(count: &'static std::sync::atomic::AtomicUsize, limit: usize) -> std::io::Result<Live> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match count.fetch_update(Relaxed, Relaxed, |n| (n < limit).then_some(n + 1)) {
+            Ok(_) => Ok(Live(count)),
+            Err(_) => Err(std::io::Error::other("too many spool mappings")),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How many spool mappings the process may hold: a quarter of the kernel's limit of
+/// mappings per process (`/proc/sys/vm/max_map_count`, 65,530 by default), the rest left to
+/// everything else.
+pub(crate) fn mapping_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(65_530)
+            / 4
+    })
 }
 
 /// Writes all of `content` at `pos`, resubmitting after short writes.
@@ -363,4 +410,24 @@ pub(crate) async fn read_up_to(
         out.extend_from_slice(&chunk);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod mapping_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    #[test]
+    fn mappings_past_the_limit_are_refused_until_one_is_dropped() {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let first = Live::take(&COUNT, 2).unwrap();
+        let second = Live::take(&COUNT, 2).unwrap();
+        assert!(Live::take(&COUNT, 2).is_err());
+        assert_eq!(COUNT.load(Relaxed), 2);
+        drop(first);
+        let third = Live::take(&COUNT, 2).unwrap();
+        drop((second, third));
+        assert_eq!(COUNT.load(Relaxed), 0);
+        assert!(mapping_limit() >= 1000, "a quarter of vm.max_map_count");
+    }
 }

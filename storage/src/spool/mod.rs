@@ -158,6 +158,9 @@ pub struct Spool {
     content_map: Option<Mapped>,
     /// Mapping the content failed, or the spool is durable: content goes through `pwrite`.
     content_map_off: bool,
+    /// A reservation may have extended the content file past what it holds: the completed
+    /// file is cut to its content.
+    content_extended: bool,
     /// Registers as of the last record in the log (None: no record yet).
     logged_registers: Option<LabelSet>,
     /// SHA-1 over [begin, end).
@@ -324,6 +327,7 @@ impl Spool {
             log_sums: true,
             content_map: None,
             content_map_off: false,
+            content_extended: false,
             logged_registers: None,
             committed_sum: Summer::new(),
             pending_sum: Summer::new(),
@@ -364,6 +368,7 @@ impl Spool {
             log_sums: r.log_sums,
             content_map: None,
             content_map_off: false,
+            content_extended: false,
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
             written_len,
@@ -476,6 +481,7 @@ impl Spool {
         let end = pos + content.len() as u64;
         self.reserving |= reserved.is_some_and(|r| end > r);
         let maps = self.maps_content();
+        self.content_extended |= maps;
         let (map, map_off) = (&mut self.content_map, &mut self.content_map_off);
         let result = async {
             let handle = file.get_or_create().await?;
@@ -1074,7 +1080,9 @@ impl Spool {
         }
         // Cut rolled-back bytes so the file holds exactly the fragment (which also frees
         // the blocks reserved past its end).
-        let reserved_past = self.reserving || self.reserved.is_some_and(|r| r > content_len);
+        let reserved_past = self.reserving
+            || self.content_extended
+            || self.reserved.is_some_and(|r| r > content_len);
         if (self.written_len > content_len || reserved_past)
             && let Some(file) = self.file.get()
             && let Err(e) = file.truncate(content_len).await
