@@ -1,4 +1,4 @@
-//! Spool recovery's decoder of on-disk bytes (`storage::record`): a commit log torn or corrupted anywhere must scan to a valid prefix, never panic.
+//! Spool recovery's decoder of on-disk bytes (`storage::record`, both formats): a commit log torn or corrupted anywhere must scan to a valid prefix, never panic.
 //! `scan` itself asserts that the prefix lies within the buffer and the content file.
 #![no_main]
 
@@ -23,11 +23,19 @@ fuzz_target!(|data: &[u8]| {
         None => (0, 0, data),
     };
     let _ = record::decode_header(log);
-    let _ = record::decode_record(log);
+    let _ = record::decode_record(log, true);
+    let _ = record::decode_record(log, false);
     if let Some(rec) = record::scan(log, begin, content_len) {
         assert!(rec.valid_len <= log.len());
         // Re-scanning the valid prefix finds the same commits.
         let again = record::scan(&log[..rec.valid_len], begin, content_len).expect("prefix");
         assert_eq!(again, rec);
+        // A scan of the first records (as recovery's cut back to the last record whose sum
+        // its content matches) keeps a prefix of them.
+        let keep = rec.records / 2;
+        let first = record::scan_first(log, begin, content_len, keep).expect("header");
+        assert_eq!(first.records, keep);
+        assert!(first.valid_len <= rec.valid_len);
+        assert_eq!(first.ends[..], rec.ends[..first.ends.len()]);
     }
 });

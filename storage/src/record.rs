@@ -289,6 +289,34 @@ mod tests {
         assert_eq!(decode_header(&header), None);
     }
 
+    /// The fuzz step's seed log of format 2 (`.ci/steps/40-fuzz.sh`, after its 9-byte
+    /// prefix): the layout in the module docs, byte for byte.
+    #[test]
+    fn a_format_2_log_decodes_as_documented() {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(b"CRNTCMT2\x01\x00\x00\x00\x62\x6e\xb7\xd5");
+        buf.extend_from_slice(&8u32.to_le_bytes());
+        buf.extend_from_slice(&10i64.to_le_bytes());
+        buf.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
+        buf.extend((1..=20).map(|b| b as u8));
+        buf.extend_from_slice(&[0x0a, 0x06, 0x0a, 0x01, 0x61, 0x12, 0x01, 0x62]);
+        buf.extend_from_slice(&[0xc2, 0xdd, 0x1c, 0x55]);
+        buf.extend_from_slice(&u32::MAX.to_le_bytes());
+        buf.extend_from_slice(&25i64.to_le_bytes());
+        buf.extend_from_slice(&1_700_000_000_001i64.to_le_bytes());
+        buf.extend((21..=40).map(|b| b as u8));
+        buf.extend_from_slice(&[0xe1, 0xc3, 0x12, 0x89]);
+        let got = scan(&buf, 0, 25).unwrap();
+        assert_eq!(
+            (got.codec, got.sums, got.end, got.records),
+            (1, true, 25, 2)
+        );
+        assert_eq!(got.valid_len, buf.len());
+        assert_eq!(got.registers, regs("a", "b"));
+        let second: [u8; SUM_LEN] = std::array::from_fn(|i| 21 + i as u8);
+        assert_eq!(got.ends.last(), Some(&(25, second)));
+    }
+
     #[test]
     fn logs_without_sums_are_read_as_before() {
         let mut buf = Vec::new();
