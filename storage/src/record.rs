@@ -202,13 +202,14 @@ pub fn scan_first(
         if record.end < out.end || record.end > max_end {
             break;
         }
-        if let Some(sum) = record.sum {
-            out.ends.push((record.end, sum));
-        }
         match record.registers {
             Some(registers) => out.registers = registers,
             None if out.records == 0 => break,
             None => {}
+        }
+        // Only a record the scan keeps: `ends` has one entry per valid record.
+        if let Some(sum) = record.sum {
+            out.ends.push((record.end, sum));
         }
         if record.end > out.end && out.first_append_unix_ms.is_none() {
             out.first_append_unix_ms = Some(record.time_unix_ms);
@@ -364,6 +365,7 @@ mod tests {
             record(120, 9, None),
         ]);
         let got = scan(&buf, 100, 20).unwrap();
+        assert_eq!(got.ends.len(), got.records);
         assert_eq!(got.codec, 4);
         assert_eq!(got.end, 120);
         assert_eq!(got.registers, regs("a", "1"));
@@ -398,7 +400,8 @@ mod tests {
         assert_eq!(scan(&buf, 100, 20).unwrap().end, 115);
         // A first record without registers has no base.
         let buf = log(&[record(115, 1, None)]);
-        assert_eq!(scan(&buf, 100, 20).unwrap().records, 0);
+        let got = scan(&buf, 100, 20).unwrap();
+        assert_eq!((got.records, got.ends.len()), (0, 0));
         // A flipped byte in a record's body fails its crc.
         let mut buf = log(&[
             record(105, 1, Some(LabelSet::default())),
