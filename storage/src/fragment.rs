@@ -185,55 +185,65 @@ pub(crate) async fn reserve(
     end: u64,
     extend: bool,
 ) {
-    use std::os::fd::{AsRawFd, BorrowedFd};
     let Some(have) = *reserved else { return };
     if end <= have {
         return;
     }
     let to = end + end.clamp(RESERVE_MIN, RESERVE_MAX);
-    let (Ok(at), Ok(len)) = (
-        libc::off_t::try_from(have),
-        libc::off_t::try_from(to - have),
-    ) else {
-        *reserved = None;
-        return;
-    };
-    // SAFETY: `file` is open while borrowed here, and the borrow ends with this statement.
-    let fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned();
-    let Ok(fd) = fd else {
+    let mode = if extend { 0 } else { libc::FALLOC_FL_KEEP_SIZE };
+    *reserved = match allocate(file, mode, have, to).await {
+        Ok(()) => Some(to),
         // Out of descriptors: this write goes on without a reservation; the next one tries
         // again.
-        return;
+        Err(Refused::NoDescriptor) => Some(have),
+        Err(Refused::Io(_)) => None,
     };
-    let done = glommio::executor()
-        .spawn_blocking(move || {
-            let mode = if extend { 0 } else { libc::FALLOC_FL_KEEP_SIZE };
-            // SAFETY: `fd` is owned by this closure; fallocate reads no memory.
-            unsafe { libc::fallocate(fd.as_raw_fd(), mode, at, len) == 0 }
-        })
-        .await;
-    *reserved = done.then_some(to);
 }
 
 /// Allocates the blocks of `[from, to)` and extends the file's length to at least `to`
 /// (`fallocate` with mode 0), on the core's blocking-pool thread for the reason
 /// [`reserve`] gives. Bytes in the new range read as zeros.
 pub(crate) async fn extend(file: &BufferedFile, from: u64, to: u64) -> std::io::Result<()> {
+    allocate(file, 0, from, to)
+        .await
+        .map_err(|refused| match refused {
+            Refused::NoDescriptor => std::io::Error::other("no descriptor left for fallocate"),
+            Refused::Io(e) => e,
+        })
+}
+
+/// Why [`allocate`] did nothing: no descriptor for its helper, or `fallocate` failed.
+enum Refused {
+    NoDescriptor,
+    Io(std::io::Error),
+}
+
+/// `fallocate(mode)` of `[from, to)` on the core's blocking-pool thread, through a `dup` of
+/// the file's descriptor (a caller dropped meanwhile leaves the helper nothing to outlive).
+/// An empty range does nothing.
+async fn allocate(
+    file: &BufferedFile,
+    mode: libc::c_int,
+    from: u64,
+    to: u64,
+) -> Result<(), Refused> {
     use std::os::fd::{AsRawFd, BorrowedFd};
-    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let invalid = || Refused::Io(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     let at = libc::off_t::try_from(from).map_err(|_| invalid())?;
     let len = libc::off_t::try_from(to.saturating_sub(from)).map_err(|_| invalid())?;
     if len == 0 {
         return Ok(());
     }
     // SAFETY: `file` is open while borrowed here, and the borrow ends with this statement.
-    let fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }.try_clone_to_owned()?;
+    let fd = unsafe { BorrowedFd::borrow_raw(file.as_raw_fd()) }
+        .try_clone_to_owned()
+        .map_err(|_| Refused::NoDescriptor)?;
     glommio::executor()
         .spawn_blocking(move || {
             // SAFETY: `fd` is owned by this closure; fallocate reads no memory.
-            match unsafe { libc::fallocate(fd.as_raw_fd(), 0, at, len) } {
+            match unsafe { libc::fallocate(fd.as_raw_fd(), mode, at, len) } {
                 0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
+                _ => Err(Refused::Io(std::io::Error::last_os_error())),
             }
         })
         .await
@@ -316,6 +326,67 @@ impl Drop for Mapped {
         // SAFETY: unmaps exactly the range `new` mapped; no reference into it outlives
         // `self` (writes copy in and return).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A spool file's mapping, mapped again larger as the file grows, or off for good once
+/// mapping failed: the file's writes then go through `pwrite`. The commit log and the
+/// content file each have one.
+#[derive(Default)]
+pub(crate) struct Window {
+    map: Option<Mapped>,
+    off: bool,
+}
+
+impl Window {
+    /// Whether the mapping reaches `end`.
+    pub(crate) fn covers(&self, end: u64) -> bool {
+        self.map.as_ref().is_some_and(|m| m.len() >= end)
+    }
+
+    /// Length of the mapped range (0 when unmapped).
+    pub(crate) fn len(&self) -> u64 {
+        self.map.as_ref().map_or(0, Mapped::len)
+    }
+
+    /// Mapping failed, or was turned off: writes go through `pwrite`.
+    pub(crate) fn is_off(&self) -> bool {
+        self.off
+    }
+
+    /// Maps `[0, len)` of `file` afresh, where `grown` is the file's new length (its blocks
+    /// allocated, see [`Mapped`]) or why it could not grow; false, and off for good, where
+    /// either failed. The old mapping goes first (it counts against [`mapping_limit`]).
+    pub(crate) fn remap(&mut self, file: &BufferedFile, grown: std::io::Result<u64>) -> bool {
+        self.map = None;
+        match grown.and_then(|len| Mapped::new(file, len)) {
+            Ok(map) => {
+                self.map = Some(map);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "spool file not mapped; its writes use pwrite");
+                self.off = true;
+                false
+            }
+        }
+    }
+
+    /// Unmaps, as before the file is cut; the next write maps again.
+    pub(crate) fn unmap(&mut self) {
+        self.map = None;
+    }
+
+    /// Unmaps for good.
+    pub(crate) fn turn_off(&mut self) {
+        self.map = None;
+        self.off = true;
+    }
+
+    /// Copies `bytes` to file position `pos`; false (writing nothing) where they do not
+    /// fit in the mapped range or nothing is mapped.
+    pub(crate) fn write(&self, pos: u64, bytes: &[u8]) -> bool {
+        self.map.as_ref().is_some_and(|m| m.write(pos, bytes))
     }
 }
 

@@ -59,7 +59,7 @@ use protocol::{CompressionCodec, Fragment, LabelSet};
 use sha1::{Digest, Sha1};
 
 use crate::StorageError;
-use crate::fragment::{FragmentFile, LocalFragment, Mapped, extend, open_rw, reserve, write_all};
+use crate::fragment::{FragmentFile, LocalFragment, Window, extend, open_rw, reserve, write_all};
 use crate::record::{self, CommitRecord};
 use crate::summer::Summer;
 use protocol::sum::zero_sum;
@@ -141,12 +141,9 @@ pub struct Spool {
     /// Length of the commit log: where the next record goes.
     commits_len: u64,
     /// The commit log's records are copied into this mapping of its first blocks (see
-    /// [`Spool::append_log`]); None until the first record, after a cut, or where mapping
-    /// failed.
-    log_map: Option<Mapped>,
-    /// Mapping the log failed (a file system without `fallocate` or shared mappings, a
-    /// full disk): this fragment's records go through `pwrite`.
-    log_map_off: bool,
+    /// [`Spool::map_log`]): unmapped until the first record and after a cut, off where
+    /// mapping failed (a file system without `fallocate` or shared mappings, a full disk).
+    log_map: Window,
     /// The log's file was extended past `commits_len` (zeros): the completed fragment's
     /// log is cut to its records.
     log_extended: bool,
@@ -154,10 +151,9 @@ pub struct Spool {
     /// spool creates, not one recovered from an older version.
     log_sums: bool,
     /// Content writes shorter than [`MAPPED_WRITE_MAX`] are copied into this mapping of
-    /// the content file's reserved blocks (see [`Spool::maps_content`]).
-    content_map: Option<Mapped>,
-    /// Mapping the content failed, or the spool is durable: content goes through `pwrite`.
-    content_map_off: bool,
+    /// the content file's reserved blocks (see [`Spool::maps_content`]); off where mapping
+    /// failed or the spool is durable.
+    content_map: Window,
     /// A reservation may have extended the content file past what it holds: the completed
     /// file is cut to its content.
     content_extended: bool,
@@ -321,12 +317,10 @@ impl Spool {
             file,
             commits: None,
             commits_len: 0,
-            log_map: None,
-            log_map_off: false,
+            log_map: Window::default(),
             log_extended: false,
             log_sums: true,
-            content_map: None,
-            content_map_off: false,
+            content_map: Window::default(),
             content_extended: false,
             logged_registers: None,
             committed_sum: Summer::new(),
@@ -362,12 +356,10 @@ impl Spool {
             file,
             commits: Some(Rc::new(r.commits)),
             commits_len: r.commits_len,
-            log_map: None,
-            log_map_off: false,
+            log_map: Window::default(),
             log_extended: false,
             log_sums: r.log_sums,
-            content_map: None,
-            content_map_off: false,
+            content_map: Window::default(),
             content_extended: false,
             pending_sum: r.sum.clone(),
             committed_sum: r.sum,
@@ -482,7 +474,7 @@ impl Spool {
         self.reserving |= reserved.is_some_and(|r| end > r);
         let maps = self.maps_content();
         self.content_extended |= maps;
-        let (map, map_off) = (&mut self.content_map, &mut self.content_map_off);
+        let map = &mut self.content_map;
         let result = async {
             let handle = file.get_or_create().await?;
             reserve(handle, &mut reserved, end, maps).await;
@@ -496,8 +488,8 @@ impl Spool {
             if maps
                 && content.len() < MAPPED_WRITE_MAX
                 && let Some(reserved) = reserved
-                && map_content(handle, map, map_off, reserved, end)
-                && map.as_ref().is_some_and(|m| m.write(pos, content))
+                && (map.covers(end) || map.remap(handle, Ok(reserved)))
+                && map.write(pos, content)
             {
                 return Ok(());
             }
@@ -870,8 +862,7 @@ impl Spool {
     /// fragment may have been only in the page cache).
     pub fn set_sync_gate(&mut self, gate: SyncGate) {
         self.gate = Some(gate);
-        self.content_map = None;
-        self.content_map_off = true;
+        self.content_map.turn_off();
         self.dirs_dirty = true;
         if self.commits.is_some() {
             self.note_commit();
@@ -942,7 +933,7 @@ impl Spool {
             // A failed append may have left part of a record: cut it, so that the log
             // never holds a torn record before an intact one. (A mapping would then reach
             // past the file's end: it goes first, and the next record maps again.)
-            self.log_map = None;
+            self.log_map.unmap();
             self.log_extended = false;
             log.truncate(self.commits_len)
                 .await
@@ -972,11 +963,7 @@ impl Spool {
             ));
         }
         let end = self.commits_len + buf.len() as u64;
-        let mapped = self.map_log(end).await
-            && self
-                .log_map
-                .as_ref()
-                .is_some_and(|map| map.write(self.commits_len, buf));
+        let mapped = self.map_log(end).await && self.log_map.write(self.commits_len, buf);
         let log = self.commits.as_ref().expect("created above");
         if !mapped && let Err(e) = write_all(log, buf, self.commits_len).await {
             self.log_tail_dirty = true;
@@ -1002,7 +989,7 @@ impl Spool {
     /// end are what the length no longer bounds, and recovery checks the content against
     /// the records' sums instead.
     fn maps_content(&self) -> bool {
-        self.gate.is_none() && self.log_sums && !self.content_map_off
+        self.gate.is_none() && self.log_sums && !self.content_map.is_off()
     }
 
     /// The sum a commit record of `fragment` carries in this spool's log (none in a log
@@ -1022,41 +1009,28 @@ impl Spool {
     /// (`ARCHITECTURE.md`, "Deviations"). A copy into a mapping costs no system call; the
     /// kernel faults in one page per 4 KiB of records.
     async fn map_log(&mut self, end: u64) -> bool {
-        if self.log_map_off {
+        if self.log_map.is_off() {
             return false;
         }
-        if self.log_map.as_ref().is_some_and(|map| map.len() >= end) {
+        if self.log_map.covers(end) {
             return true;
         }
         let Some(log) = self.commits.clone() else {
             return false;
         };
-        let from = self.log_map.as_ref().map_or(0, Mapped::len);
+        let from = self.log_map.len();
         let to = (end + end.clamp(LOG_EXTEND_MIN, LOG_EXTEND_MAX)).next_multiple_of(4096);
         // Before the await: a caller dropped meanwhile may leave the file extended.
         self.log_extended = true;
         let extended = extend(&log, from, to).await;
-        self.log_map = None;
-        let mapped = extended.and_then(|()| Mapped::new(&log, to));
-        match mapped {
-            Ok(map) => {
-                self.log_map = Some(map);
-                true
-            }
-            Err(e) => {
-                tracing::debug!(path = %self.file.commits_path().display(), error = %e,
-                    "commit log not mapped; its records are written with pwrite");
-                self.log_map_off = true;
-                false
-            }
-        }
+        self.log_map.remap(&log, extended.map(|()| to))
     }
 
     /// Closes the log and hands back the fragment if it has content, else
     /// deletes its files.
     async fn complete(mut self) -> Option<LocalFragment> {
-        self.log_map = None;
-        self.content_map = None;
+        self.log_map.unmap();
+        self.content_map.unmap();
         if self.log_extended
             && let Some(log) = &self.commits
             && let Err(e) = log.truncate(self.commits_len).await
@@ -1158,32 +1132,6 @@ async fn close_log(log: Rc<BufferedFile>) -> glommio::Result<(), ()> {
     match Rc::try_unwrap(log) {
         Ok(log) => log.close().await,
         Err(_shared) => Ok(()),
-    }
-}
-
-/// Makes `map` cover the content file's reserved blocks `[0, reserved)` (which the file's
-/// length covers) if it does not reach `end` yet; false (and `off`) where mapping failed.
-fn map_content(
-    file: &BufferedFile,
-    map: &mut Option<Mapped>,
-    off: &mut bool,
-    reserved: u64,
-    end: u64,
-) -> bool {
-    if map.as_ref().is_some_and(|m| m.len() >= end) {
-        return true;
-    }
-    *map = None;
-    match Mapped::new(file, reserved) {
-        Ok(m) => {
-            *map = Some(m);
-            true
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "spool content not mapped; its writes use pwrite");
-            *off = true;
-            false
-        }
     }
 }
 
