@@ -151,7 +151,7 @@ pub(crate) fn append_suspend_name(v: i32) -> String {
 
 /// Compact protobuf text, as Go's generated `String()` methods render messages inside
 /// some of Gazette's error messages.
-pub(crate) mod text {
+pub mod text {
     use crate::{Fragment, Header, LabelSet, Route, Sha1Sum, header, process_spec};
 
     fn quote(s: &str) -> String {

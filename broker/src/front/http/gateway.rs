@@ -15,7 +15,7 @@ use futures_lite::future;
 use prost::Message;
 use protocol::grpc::RpcError;
 use protocol::validate::Validate;
-use protocol::{AppendRequest, AppendResponse, Header, ReadRequest, ReadResponse, Route, Status};
+use protocol::{AppendRequest, AppendResponse, Header, ReadRequest, ReadResponse, Status};
 
 pub async fn serve(ex: &mut Exchange<'_>) -> Outcome {
     if let Err(refused) = authorize(ex) {
@@ -173,7 +173,7 @@ async fn serve_read(ex: &mut Exchange<'_>) -> Outcome {
         route_headers(&mut resp, header, ex.head.path());
     }
     if let Some(fragment) = &first.fragment {
-        resp.header("X-Fragment-Name", content_name(fragment));
+        resp.header("X-Fragment-Name", storage::naming::content_name(fragment));
         if fragment.mod_time != 0 {
             resp.header(
                 "X-Fragment-Last-Modified",
@@ -367,7 +367,7 @@ fn route_headers(resp: &mut Response, header: &Header, path: &str) {
     if route.members.is_empty() {
         return;
     }
-    resp.header("X-Route-Token", route_text(route));
+    resp.header("X-Route-Token", protocol::validate::text::route(route));
     if route.primary >= 0
         && let Some(endpoint) = route.endpoints.get(route.primary as usize)
     {
@@ -378,71 +378,13 @@ fn route_headers(resp: &mut Response, header: &Header, path: &str) {
     }
 }
 
-/// A Route in gogo protobuf's compact text format, as `proto.CompactTextString`.
-fn route_text(route: &Route) -> String {
-    let mut out = String::new();
-    for m in &route.members {
-        out.push_str("members:<");
-        if !m.zone.is_empty() {
-            out.push_str(&format!("zone:{} ", go_quote(&m.zone)));
-        }
-        if !m.suffix.is_empty() {
-            out.push_str(&format!("suffix:{} ", go_quote(&m.suffix)));
-        }
-        out.push_str("> ");
-    }
-    if route.primary != 0 {
-        out.push_str(&format!("primary:{} ", route.primary));
-    }
-    for e in &route.endpoints {
-        out.push_str(&format!("endpoints:{} ", go_quote(e)));
-    }
-    out
-}
-
-/// Quotes a string as the protobuf text format does (C-style escapes, octal for bytes
-/// outside printable ASCII).
-fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for b in s.bytes() {
-        match b {
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("\\{b:03o}")),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A fragment's content name: `%016x-%016x-<sha1 hex><ext>`.
-fn content_name(f: &protocol::Fragment) -> String {
-    let ext = match protocol::CompressionCodec::try_from(f.compression_codec) {
-        Ok(protocol::CompressionCodec::Gzip) => ".gz",
-        Ok(protocol::CompressionCodec::Zstandard) => ".zst",
-        Ok(protocol::CompressionCodec::Snappy) => ".sz",
-        Ok(protocol::CompressionCodec::GzipOffloadDecompression) => "",
-        _ => ".raw",
-    };
-    format!(
-        "{:016x}-{:016x}-{}{ext}",
-        f.begin,
-        f.end,
-        protocol::sum::sum_to_hex(&f.sum.unwrap_or_default())
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn route_token_matches_gazette() {
-        let route = Route {
+        let route = protocol::Route {
             members: vec![protocol::process_spec::Id {
                 zone: "a".into(),
                 suffix: "broker".into(),
@@ -451,10 +393,18 @@ mod tests {
             endpoints: vec!["http://broker/path".into()],
         };
         assert_eq!(
-            route_text(&route),
+            protocol::validate::text::route(&route),
             "members:<zone:\"a\" suffix:\"broker\" > endpoints:\"http://broker/path\" "
         );
-        assert_eq!(go_quote("a\"\u{e9}"), "\"a\\\"\\303\\251\"");
+        // Bytes outside printable ASCII in octal, as the text format quotes them.
+        let route = protocol::Route {
+            endpoints: vec!["a\"\u{e9}".into()],
+            ..route
+        };
+        assert_eq!(
+            protocol::validate::text::route(&route),
+            "members:<zone:\"a\" suffix:\"broker\" > endpoints:\"a\\\"\\303\\251\" "
+        );
     }
 
     #[test]
@@ -490,7 +440,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            content_name(&f),
+            storage::naming::content_name(&f),
             "00000000000003e8-00000000000005dc-0000000000002694000000000000000000000000.sz"
         );
     }
