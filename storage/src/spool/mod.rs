@@ -547,8 +547,7 @@ impl Spool {
         let mut buf = Vec::with_capacity(96);
         // Also when a first commit's write failed after creating the log.
         if self.commits_len == 0 {
-            record::encode_header(self.fragment.compression_codec, &mut buf);
-            self.log_sums = true;
+            self.start_log(&mut buf);
         }
         let (log_pos, log_crc) = (self.commits_len, self.log_crc);
         let changed = self.logged_registers.as_ref() != Some(&registers);
@@ -702,8 +701,7 @@ impl Spool {
         debug_assert!(self.commits.is_none() && self.fragment.end == self.fragment.begin);
         self.file.get_or_create().await?;
         let mut buf = Vec::with_capacity(96);
-        record::encode_header(self.fragment.compression_codec, &mut buf);
-        self.log_sums = true;
+        self.start_log(&mut buf);
         record::encode_record(
             &CommitRecord {
                 end: self.fragment.begin,
@@ -990,6 +988,13 @@ impl Spool {
     /// the records' sums instead.
     fn maps_content(&self) -> bool {
         self.gate.is_none() && self.log_sums && !self.content_map.is_off()
+    }
+
+    /// Encodes a new commit log's header into `buf`: a log this spool creates has records
+    /// with sums, whatever the log it recovered had.
+    fn start_log(&mut self, buf: &mut Vec<u8>) {
+        record::encode_header(self.fragment.compression_codec, buf);
+        self.log_sums = true;
     }
 
     /// The sum a commit record of `fragment` carries in this spool's log (none in a log

@@ -233,11 +233,10 @@ pub(super) async fn recover_fragment(
         end: scanned.end,
         // An empty fragment (a roll's durable begin) has the zero sum, as every empty
         // spool: its own proposal must match it after a restart.
-        sum: Some(if committed_len == 0 {
-            zero_sum()
-        } else {
-            sum.sum()
-        }),
+        sum: Some(protocol::sum::sum_from_bytes(&digest_of(
+            &sum,
+            committed_len,
+        ))),
         compression_codec: scanned.codec,
         backing_store: String::new(),
         mod_time: 0,
