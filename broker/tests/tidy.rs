@@ -19,6 +19,7 @@ fn documented_paths_exist() {
         "storage/README.md",
         "protocol/README.md",
         "loadgen/README.md",
+        "bench/known-gaps.md",
     ];
     let mut missing = Vec::new();
     for doc in docs {
