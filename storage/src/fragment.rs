@@ -501,4 +501,57 @@ mod mapping_tests {
         assert_eq!(COUNT.load(Relaxed), 0);
         assert!(mapping_limit() >= 1000, "a quarter of vm.max_map_count");
     }
+
+    /// A window copies writes that fit its range into the file, refuses (writing nothing)
+    /// those that do not, maps again larger as the file grows, and turns off for good when
+    /// the file could not grow.
+    #[test]
+    fn a_window_writes_what_fits_and_turns_off_where_the_file_cannot_grow() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("content");
+        crate::testing::run(|| async move {
+            let file = open_rw(&path, true).await.unwrap();
+            let mut window = Window::default();
+            assert!(
+                !window.covers(1) && !window.write(0, b"x"),
+                "nothing mapped yet"
+            );
+            extend(&file, 0, 4096).await.unwrap();
+            assert!(window.remap(&file, Ok(4096)));
+            assert!(window.covers(4096) && !window.covers(4097));
+            assert!(window.write(0, b"head"));
+            assert!(
+                window.write(4093, b"end"),
+                "a write ending at the range's end fits"
+            );
+            assert!(!window.write(4094, b"end"), "past the range: refused");
+            assert!(
+                !window.write(u64::MAX - 1, b"end"),
+                "an overflowing end: refused"
+            );
+            // Grown, mapped again: what the first mapping wrote is in the file.
+            extend(&file, 4096, 8192).await.unwrap();
+            assert!(window.remap(&file, Ok(8192)));
+            assert!(window.write(8000, b"later") && window.len() == 8192);
+            window.unmap();
+            assert!(
+                !window.is_off() && !window.write(0, b"x"),
+                "unmapped, not off"
+            );
+            let content = std::fs::read(&path).unwrap();
+            assert_eq!(content.len(), 8192);
+            assert_eq!(
+                (&content[..4], &content[4093..4096]),
+                (&b"head"[..], &b"end"[..])
+            );
+            assert_eq!(&content[8000..8005], b"later");
+            // The file could not grow (a full disk, a file system without `fallocate`).
+            let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+            assert!(!window.remap(&file, Err(full)));
+            assert!(window.is_off() && window.len() == 0 && !window.write(0, b"x"));
+            // A length the file does not have mapped: refused by `Mapped::new`.
+            let mut zero = Window::default();
+            assert!(!zero.remap(&file, Ok(0)) && zero.is_off());
+        });
+    }
 }
