@@ -484,9 +484,23 @@ pub(crate) async fn read_up_to(
 }
 
 #[cfg(test)]
-mod mapping_tests {
+mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// Runs `test` on a glommio executor with a new, empty file and its path.
+    fn on_new_file<F, Fut>(test: F)
+    where
+        F: FnOnce(BufferedFile, PathBuf) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("content");
+        crate::testing::run(|| async move {
+            let file = open_rw(&path, true).await.unwrap();
+            test(file, path).await;
+        });
+    }
 
     #[test]
     fn mappings_past_the_limit_are_refused_until_one_is_dropped() {
@@ -502,15 +516,38 @@ mod mapping_tests {
         assert!(mapping_limit() >= 1000, "a quarter of vm.max_map_count");
     }
 
+    /// A reservation extends ahead of the write that needs it, and one the file system
+    /// refuses (here a range past the largest file offset) leaves the file without
+    /// reservations: `None`, and later writes go on without them.
+    #[test]
+    fn a_refused_reservation_leaves_the_file_without_reservations() {
+        on_new_file(|file, path| async move {
+            let mut reserved = Some(0);
+            reserve(&file, &mut reserved, 10, false).await;
+            assert_eq!(reserved, Some(10 + RESERVE_MIN));
+            reserve(&file, &mut reserved, 100, false).await;
+            assert_eq!(
+                reserved,
+                Some(10 + RESERVE_MIN),
+                "already covered: nothing to do"
+            );
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "KEEP_SIZE");
+            reserve(&file, &mut reserved, 1 << 20, true).await;
+            assert_eq!(reserved, Some(2 << 20));
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), 2 << 20, "extended");
+            reserve(&file, &mut reserved, i64::MAX as u64 + 1, false).await;
+            assert_eq!(reserved, None);
+            reserve(&file, &mut reserved, 4 << 20, false).await;
+            assert_eq!(reserved, None, "no more reservations once refused");
+        });
+    }
+
     /// A window copies writes that fit its range into the file, refuses (writing nothing)
     /// those that do not, maps again larger as the file grows, and turns off for good when
     /// the file could not grow.
     #[test]
     fn a_window_writes_what_fits_and_turns_off_where_the_file_cannot_grow() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("content");
-        crate::testing::run(|| async move {
-            let file = open_rw(&path, true).await.unwrap();
+        on_new_file(|file, path| async move {
             let mut window = Window::default();
             assert!(
                 !window.covers(1) && !window.write(0, b"x"),
