@@ -586,7 +586,7 @@ mod tests {
             let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
             assert!(!window.remap(&file, Err(full)));
             assert!(window.is_off() && window.len() == 0 && !window.write(0, b"x"));
-            // A length the file does not have mapped: refused by `Mapped::new`.
+            // Nothing to map (a zero length): refused by `Mapped::new`, and off.
             let mut zero = Window::default();
             assert!(!zero.remap(&file, Ok(0)) && zero.is_off());
         });
