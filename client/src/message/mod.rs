@@ -1,0 +1,45 @@
+//! Gazette's `message` package (go.gazette.dev/core/message), bit for bit.
+//!
+//! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
+//! layer implements (and tests implement in memory).
+
+use crate::Error;
+use bytes::Bytes;
+use std::future::Future;
+
+/// Where a publisher's framed messages go. Appends to one journal keep the order in which
+/// they were enqueued.
+pub trait Appender: Send + Sync {
+    /// Enqueues `content` (whole framed messages) for `journal`, waiting only for
+    /// back-pressure. The returned [`AppendTicket`] resolves once the broker acknowledged
+    /// the append that carried it.
+    fn enqueue(
+        &self,
+        journal: &str,
+        content: Bytes,
+    ) -> impl Future<Output = Result<AppendTicket, Error>> + Send;
+}
+
+/// The acknowledgement of enqueued content: `[begin, end)` offsets of the append that
+/// carried it, once the broker committed it.
+pub struct AppendTicket(pub tokio::sync::oneshot::Receiver<Result<(i64, i64), Error>>);
+
+impl AppendTicket {
+    /// Waits for the acknowledgement.
+    pub async fn wait(self) -> Result<(i64, i64), Error> {
+        match self.0.await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Invalid(
+                "the append service stopped before acknowledging the append".to_string(),
+            )),
+        }
+    }
+}
+
+/// A journal's bytes, in order, from a starting offset: what the read side frames into
+/// messages. Offsets may jump forward (a fragment was removed); a chunk says where it starts.
+pub trait ByteSource: Send {
+    /// The next chunk and the journal offset of its first byte, or `None` at the end of a
+    /// non-blocking read.
+    fn next_chunk(&mut self) -> impl Future<Output = Result<Option<(i64, Bytes)>, Error>> + Send;
+}
