@@ -40,11 +40,14 @@ func main() {
 		idPrefix  = flag.String("id-prefix", "go", "message ID prefix")
 		out       = flag.String("expect-out", "expect.json", "where to write the expectation file")
 		timeout   = flag.Duration("timeout", 60*time.Second, "bound on the whole run")
+		skipAcks  = flag.Bool("skip-rollback-acks", false, "planted fault: roll back without re-sending the earlier "+
+			"ACKs, so a later commit of the same Publisher commits the rolled-back messages (a reader must fail)")
 	)
 	flag.Parse()
 
 	var ctx, cancel = context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	skipRollbackAcks = *skipAcks
 	if err := run(ctx, *broker, *prefix, *journals, *create, *out, polyglot.Workload{
 		Prefix: *idPrefix, Committed: *committed, Txns: *txns, Pubs: *pubs, Abandon: *abandon,
 	}); err != nil {
@@ -93,11 +96,17 @@ func run(ctx context.Context, broker, prefix string, n int, create bool, out str
 	if err = polyglot.WriteExpect(out, expect); err != nil {
 		return err
 	}
+	if skipRollbackAcks {
+		fmt.Println("PLANTED: rollbacks wrote no ACK: later commits of the same publishers commit the rolled-back messages")
+	}
 	fmt.Printf("published to %d journals (%s/part-*): %d committed messages (sum %d) and %d that must not be read "+
 		"(%d transactions, %d rolled back, abandoned: %v); expectations in %s\n",
 		n, prefix, expect.Count, expect.Sum, len(expect.RolledBack), w.Txns, st.rollbacks, w.Abandon, out)
 	return nil
 }
+
+// skipRollbackAcks is --skip-rollback-acks.
+var skipRollbackAcks bool
 
 // state is the publishing side of a workload: Gazette Publishers, the appends of each
 // open transaction, and, per transactional Publisher and journal, the ACK intent of its
@@ -190,8 +199,9 @@ func (st *state) rollback(pub int) error {
 		var ack, ok = st.lastIntent[pub][j]
 		if !ok {
 			return fmt.Errorf("no earlier commit of publisher %d to journal %s to roll back to", pub, j)
+		} else if !skipRollbackAcks {
+			st.write(j, ack)
 		}
-		st.write(j, ack)
 	}
 	st.touched[pub] = make(map[pb.Journal]bool)
 	st.rollbacks++
