@@ -201,6 +201,7 @@ start_gazette() { # -> ADDRESS, BROKER_LOG; starts etcd first.
   local cport pport eurl port etcd_log="$LOGS/etcd.log"
   cport=$(free_port)
   pport=$(free_port)
+  while [ "$pport" = "$cport" ]; do pport=$(free_port); done
   eurl="http://127.0.0.1:$cport"
   echo "starting etcd $("$ETCD_BIN" --version | head -n 1 | awk '{print $3}') on $eurl (log $etcd_log)"
   "$ETCD_BIN" --name polyglot --data-dir "$SCRATCH/etcd" \

@@ -47,8 +47,7 @@ func main() {
 
 	var ctx, cancel = context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	skipRollbackAcks = *skipAcks
-	if err := run(ctx, *broker, *prefix, *journals, *create, *out, polyglot.Workload{
+	if err := run(ctx, *broker, *prefix, *journals, *create, *skipAcks, *out, polyglot.Workload{
 		Prefix: *idPrefix, Committed: *committed, Txns: *txns, Pubs: *pubs, Abandon: *abandon,
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "publish: %v\n", err)
@@ -56,7 +55,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, broker, prefix string, n int, create bool, out string, w polyglot.Workload) error {
+func run(ctx context.Context, broker, prefix string, n int, create, skipAcks bool, out string, w polyglot.Workload) error {
 	if n < 1 {
 		return fmt.Errorf("--journals must be at least 1, got %d", n)
 	}
@@ -83,7 +82,7 @@ func run(ctx context.Context, broker, prefix string, n int, create bool, out str
 	}
 	var steps, expect = w.Plan()
 	var ajc = client.NewAppendService(ctx, rjc)
-	var st = newState(ajc, w.Pubs)
+	var st = newState(ajc, w.Pubs, skipAcks)
 	for i, s := range steps {
 		if err = st.apply(s); err != nil {
 			return fmt.Errorf("step %d (%s, publisher %d, message %q): %w", i, s.Kind, s.Pub, s.Msg.ID, err)
@@ -96,7 +95,7 @@ func run(ctx context.Context, broker, prefix string, n int, create bool, out str
 	if err = polyglot.WriteExpect(out, expect); err != nil {
 		return err
 	}
-	if skipRollbackAcks {
+	if skipAcks {
 		fmt.Println("PLANTED: rollbacks wrote no ACK: later commits of the same publishers commit the rolled-back messages")
 	}
 	fmt.Printf("published to %d journals (%s/part-*): %d committed messages (sum %d) and %d that must not be read "+
@@ -104,9 +103,6 @@ func run(ctx context.Context, broker, prefix string, n int, create bool, out str
 		n, prefix, expect.Count, expect.Sum, len(expect.RolledBack), w.Txns, st.rollbacks, w.Abandon, out)
 	return nil
 }
-
-// skipRollbackAcks is --skip-rollback-acks.
-var skipRollbackAcks bool
 
 // state is the publishing side of a workload: Gazette Publishers, the appends of each
 // open transaction, and, per transactional Publisher and journal, the ACK intent of its
@@ -119,10 +115,11 @@ type state struct {
 	touched    []map[pb.Journal]bool
 	lastIntent []map[pb.Journal][]byte
 	rollbacks  int
+	skipAcks   bool // --skip-rollback-acks: rollbacks write no ACK (a planted fault).
 }
 
-func newState(ajc *client.AppendService, pubs int) *state {
-	var st = &state{ajc: ajc, committed: message.NewPublisher(ajc, nil)}
+func newState(ajc *client.AppendService, pubs int, skipAcks bool) *state {
+	var st = &state{ajc: ajc, committed: message.NewPublisher(ajc, nil), skipAcks: skipAcks}
 	for i := 0; i < pubs; i++ {
 		st.txn = append(st.txn, message.NewPublisher(ajc, nil))
 		st.open = append(st.open, nil)
@@ -199,7 +196,7 @@ func (st *state) rollback(pub int) error {
 		var ack, ok = st.lastIntent[pub][j]
 		if !ok {
 			return fmt.Errorf("no earlier commit of publisher %d to journal %s to roll back to", pub, j)
-		} else if !skipRollbackAcks {
+		} else if !st.skipAcks {
 			st.write(j, ack)
 		}
 	}
