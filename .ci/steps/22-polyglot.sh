@@ -15,6 +15,9 @@
 #   - negative checks, which must fail with the right difference: `read --plant drop|dup|
 #     rolled-back`, an observation file with one line deleted, and a workload published with
 #     `--skip-rollback-acks` (rollbacks without their ACK: later commits commit them);
+#   - the reference writer (tests/go/message/reference_publisher.py: plain Python, no
+#     client, written from README.md) -> `append` -> `read`: the documented message and
+#     rollback convention suffices for a non-Go publisher;
 #   - Python -> Go and Go -> Python (python_publish / python_consume below): run only when
 #     a Python with the `courant` module and the Python polyglot programs exist; otherwise
 #     a SKIP line says why (a skip is never reported as a pass).
@@ -51,8 +54,8 @@ prepare() {
     exit 1
   fi
   mkdir -p "$BIN"
-  echo "building publish and read (tests/go/message) into $BIN"
-  (cd tests/go && timeout 900 go build -o "$BIN/" ./message/publish ./message/read)
+  echo "building publish, read and append (tests/go/message) into $BIN"
+  (cd tests/go && timeout 900 go build -o "$BIN/" ./message/publish ./message/read ./message/append)
 
   local cargo_target="${CARGO_TARGET_DIR:-$ROOT/target}"
   export COURANT_BIN="${COURANT_BIN:-$ROOT/target/debug/courant}"
@@ -331,6 +334,16 @@ suite() {
     check "$broker: rollbacks without their ACK fail" 1 "^  rolled back but read: " \
       "$BIN/read" --broker "$address" --expect "$bad"
   fi
+
+  # README.md's contract alone is enough for a publisher in another language: a plain
+  # Python writer (no client, no Gazette code) prepares the journals' content, `append`
+  # writes it, and Gazette's Sequencer must see its rollbacks and deliver it exactly once.
+  local ref="$SCRATCH/$broker-reference"
+  check "$broker: reference Python writer (README contract)" 0 "^wrote 4 journals" \
+    python3 tests/go/message/reference_publisher.py --prefix "polyglot/ref-$RUN_ID" --out-dir "$ref"
+  check "$broker: reference content appended" 0 "" "$BIN/append" --broker "$address" --dir "$ref"
+  check "$broker: reference Python writer -> Go read" 0 "^OK: " \
+    "$BIN/read" --broker "$address" --expect "$ref/expect.json" --require-outcomes ackRollback,continueExtendSpan
 
   python_publish "$broker" "$address"
   python_consume "$broker" "$address" "$expect"
