@@ -8,8 +8,8 @@
 # what it started.
 #
 # Per broker:
-#   - Go -> Go: `publish` then `read --require-outcomes ackRollback,continueExtendSpan`
-#     (the rollbacks really happened), `read --ring 2 --require-outcomes ackCommitReplay`
+#   - Go -> Go: `publish` then `read --require-outcomes ackRollback,...AlreadyAcked,...`
+#     (rollbacks and duplicates really happened), `read --ring 2 --require-outcomes ackCommitReplay`
 #     (commits replayed from the journal), and the observation-file path other languages use
 #     (`read --observed-out`, then `read --observed`);
 #   - negative checks, which must fail with the right difference: `read --plant drop|dup|
@@ -310,9 +310,10 @@ suite() {
   fi
   check "$broker: Go read (rollbacks seen)" 0 "^OK: " \
     "$BIN/read" --broker "$address" --expect "$expect" --observed-out "$got" \
-    --require-outcomes ackRollback,continueExtendSpan
+    --require-outcomes ackRollback,continueExtendSpan,outsideAlreadyAcked,continueAlreadyAcked
   check "$broker: Go read, ring of 2 (replays)" 0 "^OK: " \
-    "$BIN/read" --broker "$address" --expect "$expect" --ring 2 --require-outcomes ackRollback,ackCommitReplay
+    "$BIN/read" --broker "$address" --expect "$expect" --ring 2 \
+    --require-outcomes ackRollback,ackCommitReplay,outsideAlreadyAcked,continueAlreadyAcked
   check "$broker: observation file checked" 0 "^OK: " "$BIN/read" --expect "$expect" --observed "$got"
 
   # Negative checks: the checker must catch each planted fault.
@@ -343,7 +344,8 @@ suite() {
     python3 tests/go/message/reference_publisher.py --prefix "polyglot/ref-$RUN_ID" --out-dir "$ref"
   check "$broker: reference content appended" 0 "" "$BIN/append" --broker "$address" --dir "$ref"
   check "$broker: reference Python writer -> Go read" 0 "^OK: " \
-    "$BIN/read" --broker "$address" --expect "$ref/expect.json" --require-outcomes ackRollback,continueExtendSpan
+    "$BIN/read" --broker "$address" --expect "$ref/expect.json" \
+    --require-outcomes ackRollback,continueExtendSpan,outsideAlreadyAcked,continueAlreadyAcked
 
   python_publish "$broker" "$address"
   python_consume "$broker" "$address" "$expect"

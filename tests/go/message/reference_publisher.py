@@ -3,7 +3,7 @@
 
 Written from README.md alone, it builds Gazette message UUIDs, frames JSON lines, commits
 transactions with ACK_TXN messages, rolls some back by writing the producer's previous
-ACK again, and abandons one, all without Gazette's Go code. It writes each journal's
+ACK again, abandons one, and writes some messages twice, all without Gazette's Go code. It writes each journal's
 content to OUT_DIR/part-NNN.ndjson and the expectation file to OUT_DIR/expect.json; the
 `append` program appends those files to a broker and `read` must then deliver every
 committed message exactly once. So it checks that README.md's contract is enough for a
@@ -77,9 +77,12 @@ def main():
         item = {"id": f"{a.id_prefix}-c{next_c:05d}", "value": 1 + (next_c * 37) % 1000,
                 "journal": journals[next_c % len(journals)]}
         content[item["journal"]].append(outside.line(OUTSIDE_TXN, item["id"], item["value"]))
+        if next_c % 10 == 3:  # The same line twice, as a retried append lands: read once.
+            content[item["journal"]].append(content[item["journal"]][-1])
         committed.append(item)
         next_c += 1
 
+    sent = {}  # message ID -> its line, for duplicates.
     for t in range(a.txns + 1):
         # The first transaction touches every journal and commits, so every later rollback
         # has an earlier ACK to write again; every third one is rolled back; the one after
@@ -88,7 +91,8 @@ def main():
         items = [{"id": f"{a.id_prefix}-t{t:03d}-{m}", "value": 1 + (t * 101 + m * 13) % 1000,
                   "journal": journals[m if t == 0 else (t + 3 * m) % len(journals)]} for m in range(n)]
         for item in items:
-            content[item["journal"]].append(txn.line(CONTINUE_TXN, item["id"], item["value"]))
+            sent[item["id"]] = txn.line(CONTINUE_TXN, item["id"], item["value"])
+            content[item["journal"]].append(sent[item["id"]])
             if item["journal"] not in txn.open:
                 txn.open.append(item["journal"])
             publish_committed()
@@ -102,6 +106,8 @@ def main():
             for j in txn.open:  # Commit: one ACK per journal, above every message's clock.
                 txn.last_ack[j] = txn.line(ACK_TXN)
                 content[j].append(txn.last_ack[j])
+            if t % 4 == 1:  # Re-published after its commit (a recovering consumer): read once.
+                content[items[0]["journal"]].append(sent[items[0]["id"]])
             committed += items
         txn.open = []
     while next_c < a.committed:

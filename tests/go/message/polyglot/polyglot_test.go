@@ -42,6 +42,25 @@ func TestPlanShape(t *testing.T) {
 	if kinds[Commit] != 8 || kinds[Rollback] != 4 || kinds[PublishCommitted] != 50 {
 		t.Errorf("step kinds %v, want 8 commits, 4 rollbacks, 50 committed publishes", kinds)
 	}
+	// Duplicates re-send only messages already published and committed.
+	var committed = make(map[string]bool)
+	for _, it := range e.Committed {
+		committed[it.ID] = true
+	}
+	var published = make(map[string]bool)
+	for _, s := range steps {
+		switch s.Kind {
+		case PublishCommitted, PublishUncommitted:
+			published[s.Msg.ID] = true
+		case Duplicate:
+			if !published[s.Msg.ID] || !committed[s.Msg.ID] {
+				t.Errorf("duplicate of %q, which is not an earlier committed message", s.Msg.ID)
+			}
+		}
+	}
+	if kinds[Duplicate] < 5 {
+		t.Errorf("%d duplicates, want at least 5", kinds[Duplicate])
+	}
 	if hows["ack-rollback"] == 0 || hows["abandoned"] == 0 {
 		t.Errorf("rolled-back kinds %v, want both ack-rollback and abandoned", hows)
 	}

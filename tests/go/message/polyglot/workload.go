@@ -19,10 +19,14 @@ const (
 	// the ACK intents of Pub's last commit to each journal the transaction touched are
 	// written again, which carry a clock earlier than the transaction's messages.
 	Rollback
+	// Duplicate appends the bytes of the already published, committed message Msg again,
+	// UUID and all, as an AppendService retry of an append whose outcome was unknown, or a
+	// consumer re-publishing after recovery, does. A reader must deliver it only once.
+	Duplicate
 )
 
 func (k Kind) String() string {
-	return [...]string{"publish-committed", "publish-uncommitted", "commit", "rollback"}[k]
+	return [...]string{"publish-committed", "publish-uncommitted", "commit", "rollback", "duplicate"}[k]
 }
 
 // Step is one step of a workload.
@@ -88,7 +92,9 @@ func (w Workload) txnMsgs(t int) []Item {
 // Plan returns the steps of the workload and the Expect they produce. Transactions run in
 // groups of Pubs (one per Publisher), their messages interleaved, then each ended in
 // turn, so transactions of different producers are open at once in the same journals;
-// committed messages are spread between the transactional ones.
+// committed messages are spread between the transactional ones. Every tenth committed
+// message, and the first message of every fourth transaction once it is committed, is
+// appended twice.
 func (w Workload) Plan() ([]Step, *Expect) {
 	var steps []Step
 	var e = &Expect{Journals: w.Journals}
@@ -101,6 +107,9 @@ func (w Workload) Plan() ([]Step, *Expect) {
 				Journal: w.Journals[nextC%len(w.Journals)],
 			}
 			steps = append(steps, Step{Kind: PublishCommitted, Msg: it})
+			if nextC%10 == 3 {
+				steps = append(steps, Step{Kind: Duplicate, Msg: it})
+			}
 			e.Committed = append(e.Committed, it)
 			nextC++
 		}
@@ -129,6 +138,9 @@ func (w Workload) Plan() ([]Step, *Expect) {
 				e.RolledBack = append(e.RolledBack, withHow(msgs, "ack-rollback")...)
 			} else {
 				steps = append(steps, Step{Kind: Commit, Pub: t % w.Pubs})
+				if t%4 == 1 {
+					steps = append(steps, Step{Kind: Duplicate, Pub: t % w.Pubs, Msg: msgs[0]})
+				}
 				e.Committed = append(e.Committed, msgs...)
 			}
 		}

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -99,8 +100,9 @@ func run(ctx context.Context, broker, prefix string, n int, create, skipAcks boo
 		fmt.Println("PLANTED: rollbacks wrote no ACK: later commits of the same publishers commit the rolled-back messages")
 	}
 	fmt.Printf("published to %d journals (%s/part-*): %d committed messages (sum %d) and %d that must not be read "+
-		"(%d transactions, %d rolled back, abandoned: %v); expectations in %s\n",
-		n, prefix, expect.Count, expect.Sum, len(expect.RolledBack), w.Txns, st.rollbacks, w.Abandon, out)
+		"(%d transactions, %d rolled back, abandoned: %v; %d messages appended twice); expectations in %s\n",
+		n, prefix, expect.Count, expect.Sum, len(expect.RolledBack), w.Txns, st.rollbacks, w.Abandon,
+		st.duplicates, out)
 	return nil
 }
 
@@ -114,12 +116,15 @@ type state struct {
 	open       [][]*client.AsyncAppend
 	touched    []map[pb.Journal]bool
 	lastIntent []map[pb.Journal][]byte
+	sent       map[string][]byte // Framed bytes of every published message, by ID.
 	rollbacks  int
+	duplicates int
 	skipAcks   bool // --skip-rollback-acks: rollbacks write no ACK (a planted fault).
 }
 
 func newState(ajc *client.AppendService, pubs int, skipAcks bool) *state {
-	var st = &state{ajc: ajc, committed: message.NewPublisher(ajc, nil), skipAcks: skipAcks}
+	var st = &state{ajc: ajc, committed: message.NewPublisher(ajc, nil), sent: make(map[string][]byte),
+		skipAcks: skipAcks}
 	for i := 0; i < pubs; i++ {
 		st.txn = append(st.txn, message.NewPublisher(ajc, nil))
 		st.open = append(st.open, nil)
@@ -140,21 +145,49 @@ func (st *state) apply(s polyglot.Step) error {
 	var msg = &polyglot.Msg{ID: s.Msg.ID, Value: s.Msg.Value}
 	switch s.Kind {
 	case polyglot.PublishCommitted:
-		var _, err = st.committed.PublishCommitted(mapTo(s.Msg.Journal), msg)
-		return err
+		if _, err := st.committed.PublishCommitted(mapTo(s.Msg.Journal), msg); err != nil {
+			return err
+		}
+		return st.keep(msg)
 	case polyglot.PublishUncommitted:
 		var aa, err = st.txn[s.Pub].PublishUncommitted(mapTo(s.Msg.Journal), msg)
-		if err == nil {
-			st.open[s.Pub] = append(st.open[s.Pub], aa)
-			st.touched[s.Pub][pb.Journal(s.Msg.Journal)] = true
+		if err != nil {
+			return err
 		}
-		return err
+		st.open[s.Pub] = append(st.open[s.Pub], aa)
+		st.touched[s.Pub][pb.Journal(s.Msg.Journal)] = true
+		return st.keep(msg)
 	case polyglot.Commit:
 		return st.commit(s.Pub)
 	case polyglot.Rollback:
 		return st.rollback(s.Pub)
+	case polyglot.Duplicate:
+		var b, ok = st.sent[s.Msg.ID]
+		if !ok {
+			return fmt.Errorf("no published message %q to duplicate", s.Msg.ID)
+		}
+		st.write(pb.Journal(s.Msg.Journal), b)
+		st.duplicates++
+		return nil
 	}
 	return fmt.Errorf("unknown step kind %d", s.Kind)
+}
+
+// keep frames |msg| again, with the UUID the Publisher gave it, for a later Duplicate.
+func (st *state) keep(msg *polyglot.Msg) error {
+	var framing, err = message.FramingByContentType(labels.ContentType_JSONLines)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	var bw = bufio.NewWriter(&b)
+	if err = framing.Marshal(msg, bw); err != nil {
+		return err
+	} else if err = bw.Flush(); err != nil {
+		return err
+	}
+	st.sent[msg.ID] = b.Bytes()
+	return nil
 }
 
 // commit waits until the transaction's messages are written (as a consumer's commit
