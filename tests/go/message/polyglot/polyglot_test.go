@@ -3,6 +3,7 @@ package polyglot
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -170,6 +171,38 @@ func TestObservedFileRoundTrip(t *testing.T) {
 	}
 	if err = WriteExpect(filepath.Join(t.TempDir(), "x"), e); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestReadObservedRejects(t *testing.T) {
+	var dir = t.TempDir()
+	for name, content := range map[string]string{
+		"garbage":       "{\"id\":\"a\",\"value\":1}\nnot json\n",
+		"unknown field": "{\"id\":\"a\",\"value\":1,\"extra\":2}\n",
+	} {
+		var path = filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadObserved(path); err == nil || !strings.Contains(err.Error(), path+":") {
+			t.Errorf("%s: error %v, want one naming %s:<line>", name, err, path)
+		}
+	}
+	if _, err := ReadObserved(filepath.Join(dir, "absent")); err == nil {
+		t.Errorf("a missing file was accepted")
+	}
+}
+
+func TestWorkloadValidate(t *testing.T) {
+	for name, w := range map[string]Workload{
+		"no journals":  {Pubs: 1, Txns: 1},
+		"no publisher": {Journals: []string{"j"}, Txns: 1},
+		"few txns":     {Journals: []string{"j"}, Pubs: 3, Txns: 2},
+		"negative":     {Journals: []string{"j"}, Pubs: 1, Txns: 1, Committed: -1},
+	} {
+		if err := w.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 
