@@ -3,6 +3,15 @@
 //! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
 //! layer implements (and tests implement in memory).
 
+pub mod csv;
+pub mod framing;
+pub mod proto;
+pub mod uuid;
+
+pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
+pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
+pub use uuid::{Clock, Flags, ProducerId, Uuid};
+
 use crate::Error;
 use bytes::Bytes;
 use std::future::Future;
