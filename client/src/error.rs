@@ -21,6 +21,13 @@ pub enum Error {
         offset: i64,
         detail: String,
     },
+    /// The read-committed sequencer cannot go on (names the message that stopped it).
+    #[error("journal {journal} at offset {offset}: {detail}")]
+    Sequencer {
+        journal: String,
+        offset: i64,
+        detail: String,
+    },
     /// A caller's argument is unusable (names the argument and why).
     #[error("{0}")]
     Invalid(String),

@@ -6,10 +6,12 @@
 pub mod csv;
 pub mod framing;
 pub mod proto;
+pub mod sequencer;
 pub mod uuid;
 
 pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
 pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
+pub use sequencer::{Envelope, JournalProducer, ProducerState, QueueOutcome, Sequencer};
 pub use uuid::{Clock, Flags, ProducerId, Uuid};
 
 use crate::Error;
