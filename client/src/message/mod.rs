@@ -3,12 +3,14 @@
 //! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
 //! layer implements (and tests implement in memory).
 
+pub mod checkpoint;
 pub mod csv;
 pub mod framing;
 pub mod proto;
 pub mod sequencer;
 pub mod uuid;
 
+pub use checkpoint::{Checkpoint, ProducerEntry, Source};
 pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
 pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
 pub use sequencer::{Envelope, JournalProducer, ProducerState, QueueOutcome, Sequencer};
