@@ -292,6 +292,11 @@ impl Unframer {
         }
     }
 
+    /// The framing this unframer reads.
+    pub fn framing(&self) -> &Framing {
+        &self.framing
+    }
+
     /// The offset the next pushed byte must have.
     pub fn next_offset(&self) -> i64 {
         self.offset + self.buf.len() as i64

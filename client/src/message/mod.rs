@@ -6,13 +6,18 @@
 pub mod checkpoint;
 pub mod csv;
 pub mod framing;
+pub mod memory;
 pub mod proto;
+pub mod publisher;
+pub mod reader;
 pub mod sequencer;
 pub mod uuid;
 
 pub use checkpoint::{Checkpoint, ProducerEntry, Source};
 pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
 pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
+pub use publisher::{AckIntent, Publisher};
+pub use reader::ReadCommitted;
 pub use sequencer::{Envelope, JournalProducer, ProducerState, QueueOutcome, Sequencer};
 pub use uuid::{Clock, Flags, ProducerId, Uuid};
 
