@@ -61,3 +61,6 @@ pub trait ByteSource: Send {
     /// non-blocking read.
     fn next_chunk(&mut self) -> impl Future<Output = Result<Option<(i64, Bytes)>, Error>> + Send;
 }
+
+#[cfg(test)]
+mod tests;
