@@ -208,7 +208,10 @@ async fn proto_and_csv_journals_round_trip_through_publisher_and_reader() {
     }
 }
 
-fn chunks(list: Vec<Result<(i64, bytes::Bytes), Error>>) -> ChunkSource {
+/// One chunk a source yields, or its error.
+type Chunk = Result<(i64, bytes::Bytes), Error>;
+
+fn chunks(list: Vec<Chunk>) -> ChunkSource {
     ChunkSource {
         chunks: list.into(),
     }
@@ -253,7 +256,7 @@ async fn framing_and_source_errors_name_journal_and_offset() {
     let uuid = Uuid::build(PRODUCER, Clock(16), Flags::OUTSIDE_TXN).unwrap();
     let first = line(1, uuid);
     let len = first.len() as i64;
-    let cases: Vec<(Vec<Result<(i64, bytes::Bytes), Error>>, &str, i64)> = vec![
+    let cases: Vec<(Vec<Chunk>, &str, i64)> = vec![
         (
             vec![
                 Ok((0, first.clone())),
