@@ -158,7 +158,7 @@ impl Framing {
     pub fn uuid(&self, message: &Message) -> Result<Uuid, String> {
         match (self, message) {
             (Framing::JsonLines { uuid_pointer }, Message::Json(value)) => {
-                match value.pointer(uuid_pointer) {
+                match lookup(value, uuid_pointer) {
                     None | Some(Value::Null) => Ok(Uuid::NIL),
                     Some(Value::String(text)) => Uuid::parse(text),
                     Some(other) => Err(format!("UUID at {uuid_pointer} is not a string: {other}")),
@@ -227,26 +227,54 @@ fn check_pointer(pointer: &str) -> Result<(), String> {
     }
 }
 
-/// Sets `value` at `pointer`, creating objects along the way.
-fn set_pointer(root: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
-    check_pointer(pointer)?;
-    let mut at = root;
-    let tokens: Vec<String> = pointer[1..]
+/// The tokens of a JSON Pointer, unescaped.
+fn tokens(pointer: &str) -> Vec<String> {
+    pointer
+        .get(1..)
+        .unwrap_or("")
         .split('/')
         .map(|t| t.replace("~1", "/").replace("~0", "~"))
-        .collect();
+        .collect()
+}
+
+/// The key of `map` that Go's `encoding/json` would decode into a field named `token`: the
+/// exact key if present, else one equal but for ASCII case.
+fn matching_key(map: &serde_json::Map<String, Value>, token: &str) -> Option<String> {
+    if map.contains_key(token) {
+        return Some(token.to_string());
+    }
+    map.keys().find(|k| k.eq_ignore_ascii_case(token)).cloned()
+}
+
+/// The value at `pointer`, matching keys as Go's decoder does.
+fn lookup<'a>(root: &'a Value, pointer: &str) -> Option<&'a Value> {
+    let mut at = root;
+    for token in tokens(pointer) {
+        let Value::Object(map) = at else { return None };
+        at = &map[&matching_key(map, &token)?];
+    }
+    Some(at)
+}
+
+/// Sets `value` at `pointer`, creating objects along the way, and reusing a key that
+/// differs only in case (which Go's decoder would read).
+fn set_pointer(root: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
+    check_pointer(pointer)?;
+    let tokens = tokens(pointer);
+    let mut at = root;
     for (i, token) in tokens.iter().enumerate() {
         let Value::Object(map) = at else {
             return Err(format!(
                 "cannot set {pointer}: a parent is not a JSON object"
             ));
         };
+        let key = matching_key(map, token).unwrap_or_else(|| token.clone());
         if i + 1 == tokens.len() {
-            map.insert(token.clone(), value);
+            map.insert(key, value);
             return Ok(());
         }
         at = map
-            .entry(token.clone())
+            .entry(key)
             .or_insert_with(|| Value::Object(Default::default()));
     }
     Ok(())
@@ -563,6 +591,19 @@ mod tests {
                 }
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn json_uuid_keys_match_as_gos_decoder_does() {
+        let exact = Message::Json(serde_json::json!({"uuid": "x", "UUID": id(1).to_string()}));
+        assert_eq!(json().uuid(&exact).unwrap(), id(1));
+        let mut folded = Message::Json(serde_json::json!({"uuid": id(2).to_string()}));
+        assert_eq!(json().uuid(&folded).unwrap(), id(2));
+        json().set_uuid(&mut folded, id(3)).unwrap();
+        assert_eq!(
+            folded,
+            Message::Json(serde_json::json!({"uuid": id(3).to_string()}))
         );
     }
 
