@@ -550,6 +550,41 @@ mod tests {
     }
 
     #[test]
+    fn framing_examples_of_the_protocol_doc() {
+        // docs/message-protocol.md, section 2.
+        let ack = Uuid::parse("b4cc801e-a838-11ee-8002-010203040506").unwrap();
+        let msg = Uuid::parse("b4cc800a-a838-11ee-8001-010203040506").unwrap();
+        let frame = |framing: &Framing, message: &Message| {
+            let mut out = Vec::new();
+            framing.marshal(message, &mut out).unwrap();
+            out
+        };
+        let json_ack = json()
+            .new_acknowledgement(&Message::Json(Value::Null), ack)
+            .unwrap();
+        let expect = b"{\"UUID\":\"b4cc801e-a838-11ee-8002-010203040506\"}\n";
+        assert_eq!(frame(&json(), &json_ack), expect);
+        let proto_ack = proto()
+            .new_acknowledgement(&Message::Proto(Bytes::new()), ack)
+            .unwrap();
+        let mut expect = hex::decode("6633933612000000").unwrap();
+        expect.extend_from_slice(&[0x0a, 0x10]);
+        expect.extend_from_slice(&ack.0);
+        assert_eq!(frame(&proto(), &proto_ack), expect);
+        let mut record = Message::Csv(vec![String::new(), "hello, world".into(), "42".into()]);
+        Framing::Csv.set_uuid(&mut record, msg).unwrap();
+        let csv_ack = Framing::Csv.new_acknowledgement(&record, ack).unwrap();
+        let lines = [
+            frame(&Framing::Csv, &record),
+            frame(&Framing::Csv, &csv_ack),
+        ]
+        .concat();
+        let expect = "b4cc800a-a838-11ee-8001-010203040506,\"hello, world\",42\n\
+                      b4cc801e-a838-11ee-8002-010203040506,,\n";
+        assert_eq!(String::from_utf8(lines).unwrap(), expect);
+    }
+
+    #[test]
     fn json_lines_round_trip() {
         let messages = vec![
             Message::Json(serde_json::json!({"Key": "a", "Data": [1, 2]})),

@@ -659,6 +659,48 @@ mod tests {
     }
 
     #[test]
+    fn doc_worked_trace() {
+        // The worked trace of docs/message-protocol.md, section 4.
+        let mut seq = Sequencer::default();
+        let (a, b) = (producer(0xa0), producer(0xb0));
+        let steps = [
+            (a, 11, CONT, ContinueBeginSpan, vec![]),
+            (b, 21, CONT, ContinueBeginSpan, vec![]),
+            (a, 12, CONT, ContinueExtendSpan, vec![]),
+            (a, 13, ACK, AckCommit, vec![(a, 11), (a, 12), (a, 13)]),
+            (b, 20, ACK, AckRollback, vec![]),
+            (a, 12, CONT, ContinueAlreadyAcked, vec![]),
+            (b, 25, OUT, OutsideCommit, vec![(b, 25)]),
+        ];
+        for (i, (p, clock, flags, outcome, delivered)) in steps.into_iter().enumerate() {
+            let begin = 100 * i as i64;
+            let uuid = Uuid::build(p, Clock(clock), Flags(flags)).unwrap();
+            let message = Message::Json(Value::Null);
+            let env = Envelope {
+                journal: J.into(),
+                begin,
+                end: begin + 100,
+                uuid,
+                message,
+            };
+            assert_eq!(
+                seq.queue_uncommitted(env).unwrap(),
+                outcome,
+                "step {}",
+                i + 1
+            );
+            let got: Vec<_> = std::iter::from_fn(|| seq.dequeue())
+                .map(|e| (e.uuid.producer(), e.uuid.clock().0))
+                .collect();
+            assert_eq!(got, delivered, "step {}", i + 1);
+            assert_eq!(seq.offsets[J], begin + 100);
+        }
+        let (_, states) = seq.checkpoint(0);
+        let got: Vec<_> = states.iter().map(|s| (s.last_ack.0, s.begin)).collect();
+        assert_eq!(got, [(13, -1), (25, -1)]);
+    }
+
+    #[test]
     fn outside_txn_cases() {
         let (mut g, mut seq) = (Gen::default(), Sequencer::default());
         let a = producer(0xa0);

@@ -264,6 +264,29 @@ mod tests {
     }
 
     #[test]
+    fn uuid_vectors_of_the_protocol_doc() {
+        // docs/message-protocol.md: producer 01:02:03:04:05:06, clock at 2024-01-01T00:00:00Z,
+        // ticked. Cross-checked with Python's uuid module (version 1, same v1 timestamp).
+        let producer = ProducerId([1, 2, 3, 4, 5, 6]);
+        let mut clock = Clock::from_unix_nanos(1_704_067_200 * SEC);
+        assert_eq!(clock, Clock(0x1eea_838b_4cc8_0000));
+        let vectors = [
+            (Flags::CONTINUE_TXN, "b4cc800a-a838-11ee-8001-010203040506"),
+            (Flags::CONTINUE_TXN, "b4cc8014-a838-11ee-8001-010203040506"),
+            (Flags::ACK_TXN, "b4cc801e-a838-11ee-8002-010203040506"),
+        ];
+        for (flags, expect) in vectors {
+            let id = Uuid::build(producer, clock.tick(), flags).unwrap();
+            assert_eq!(id.to_string(), expect);
+            assert_eq!((id.clock(), id.flags()), (clock, flags));
+        }
+        // A sequence counter of 5 lands in bits 2..6 of byte 8.
+        let id = Uuid::build(producer, Clock(0x1eea_838b_4cc8_00a5), Flags::OUTSIDE_TXN).unwrap();
+        assert_eq!(id.to_string(), "b4cc800a-a838-11ee-9400-010203040506");
+        assert_eq!(id.clock(), Clock(0x1eea_838b_4cc8_00a5));
+    }
+
+    #[test]
     fn flags_over_ten_bits_are_refused() {
         let err = Uuid::build(ProducerId::default(), Clock(1), Flags(0x400)).unwrap_err();
         assert!(err.to_string().contains("10 bits"), "{err}");
