@@ -430,7 +430,8 @@ mod tests {
 
     #[test]
     fn proto_bytes_are_gazettes() {
-        // A source with one producer, encoded by hand from consumer/protocol.proto.
+        // A source with one producer: the bytes Go's consumer/protocol Checkpoint.Marshal
+        // writes for it (observed with go.gazette.dev/core v0.103.0).
         let mut checkpoint = Checkpoint::default();
         checkpoint.sources.insert(
             "j".into(),
