@@ -538,11 +538,21 @@ mod tests {
     fn txn_sequence_cases() {
         let (mut g, mut seq) = (Gen::default(), Sequencer::default());
         let (a, b) = (producer(0xa0), producer(0xb0));
+        txn_sequence_cases_first_half(&mut g, &mut seq, a, b);
+        txn_sequence_cases_second_half(&mut g, &mut seq, a, b);
+    }
 
+    /// Go's TestSequencerTxnSequenceCases, through "Interleaved producer ACKs".
+    fn txn_sequence_cases_first_half(
+        g: &mut Gen,
+        seq: &mut Sequencer,
+        a: ProducerId,
+        b: ProducerId,
+    ) {
         // Sequence with internal duplicates.
         let (a1, a2) = (g.env(a, 1, CONT), g.env(a, 2, CONT));
         let (a1d, a2d, a3ack) = (g.env(a, 1, CONT), g.env(a, 2, CONT), g.env(a, 3, ACK));
-        let outcomes = queue(&mut seq, &[&a1, &a2, &a1d, &a2d, &a3ack]);
+        let outcomes = queue(seq, &[&a1, &a2, &a1d, &a2d, &a3ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueExtendSpan,
@@ -552,24 +562,24 @@ mod tests {
             outcomes,
             [&expect[..], &[ContinueTxnClockLarger, AckCommit]].concat()
         );
-        expect_deque(&mut seq, &[&a1, &a2, &a3ack]);
+        expect_deque(seq, &[&a1, &a2, &a3ack]);
         assert!(!seq.has_pending());
 
         // ACK without a preceding CONTINUE.
         let a4ack = g.env(a, 4, ACK);
-        assert_eq!(queue(&mut seq, &[&a4ack]), [AckEmpty]);
-        expect_deque(&mut seq, &[&a4ack]);
+        assert_eq!(queue(seq, &[&a4ack]), [AckEmpty]);
+        expect_deque(seq, &[&a4ack]);
 
         // Partial ACK of preceding messages.
         let (a5, a7no, a6ack) = (g.env(a, 5, CONT), g.env(a, 7, CONT), g.env(a, 6, ACK));
-        let outcomes = queue(&mut seq, &[&a5, &a7no, &a6ack]);
+        let outcomes = queue(seq, &[&a5, &a7no, &a6ack]);
         assert_eq!(outcomes, [ContinueBeginSpan, ContinueExtendSpan, AckCommit]);
-        expect_deque(&mut seq, &[&a5, &a6ack]);
+        expect_deque(seq, &[&a5, &a6ack]);
 
         // Rollback with interleaved producer B.
         let (b1, a7r, a8r) = (g.env(b, 1, CONT), g.env(a, 7, CONT), g.env(a, 8, CONT));
         let (b2, a6abort) = (g.env(b, 2, CONT), g.env(a, 6, ACK));
-        let outcomes = queue(&mut seq, &[&a7r, &b1, &a7r, &a8r, &b2, &a6abort]);
+        let outcomes = queue(seq, &[&a7r, &b1, &a7r, &a8r, &b2, &a6abort]);
         let expect = [ContinueBeginSpan, ContinueBeginSpan, ContinueTxnClockLarger];
         let rest = [ContinueExtendSpan, ContinueExtendSpan, AckRollback];
         assert_eq!(outcomes, [expect, rest].concat());
@@ -587,10 +597,18 @@ mod tests {
 
         // Interleaved producer ACKs.
         let b3ack = g.env(b, 3, ACK);
-        assert_eq!(queue(&mut seq, &[&b3ack]), [AckCommit]);
-        expect_deque(&mut seq, &[&b1, &b2, &b3ack]);
+        assert_eq!(queue(seq, &[&b3ack]), [AckCommit]);
+        expect_deque(seq, &[&b1, &b2, &b3ack]);
         assert!(!seq.has_pending());
+    }
 
+    /// Go's TestSequencerTxnSequenceCases, from "Duplicates within the sequence".
+    fn txn_sequence_cases_second_half(
+        g: &mut Gen,
+        seq: &mut Sequencer,
+        a: ProducerId,
+        b: ProducerId,
+    ) {
         // Duplicates within the sequence and from before it.
         let (b4, b1d, b4d, b5) = (
             g.env(b, 4, CONT),
@@ -604,7 +622,7 @@ mod tests {
             g.env(b, 7, CONT),
             g.env(b, 8, ACK),
         );
-        let outcomes = queue(&mut seq, &[&b4, &b1d, &b4d, &b5, &b6, &b2d, &b7, &b8ack]);
+        let outcomes = queue(seq, &[&b4, &b1d, &b4d, &b5, &b6, &b2d, &b7, &b8ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueAlreadyAcked,
@@ -618,14 +636,14 @@ mod tests {
             AckCommit,
         ];
         assert_eq!(outcomes, [expect, rest].concat());
-        expect_deque(&mut seq, &[&b4, &b5, &b6, &b7, &b8ack]);
+        expect_deque(seq, &[&b4, &b5, &b6, &b7, &b8ack]);
 
         // Partial rollback where later entries are skipped.
         let (b9, b11no, b12no) = (g.env(b, 9, CONT), g.env(b, 11, CONT), g.env(b, 12, CONT));
         let (b13no, b10ack) = (g.env(b, 13, CONT), g.env(b, 10, ACK));
-        let outcomes = queue(&mut seq, &[&b9, &b11no, &b12no, &b13no, &b10ack]);
+        let outcomes = queue(seq, &[&b9, &b11no, &b12no, &b13no, &b10ack]);
         assert_eq!(outcomes[4], AckCommit);
-        expect_deque(&mut seq, &[&b9, &b10ack]);
+        expect_deque(seq, &[&b9, &b10ack]);
 
         // Interleaved ACK'd sequences.
         let (b11, a7, a8, b12) = (
@@ -635,7 +653,7 @@ mod tests {
             g.env(b, 12, CONT),
         );
         let (a9ack, b13ack) = (g.env(a, 9, ACK), g.env(b, 13, ACK));
-        let outcomes = queue(&mut seq, &[&b11, &a7, &a8, &b12, &a9ack]);
+        let outcomes = queue(seq, &[&b11, &a7, &a8, &b12, &a9ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueBeginSpan,
@@ -644,17 +662,17 @@ mod tests {
             AckCommit,
         ];
         assert_eq!(outcomes, expect);
-        expect_deque(&mut seq, &[&a7, &a8, &a9ack]);
+        expect_deque(seq, &[&a7, &a8, &a9ack]);
         assert!(seq.has_pending());
-        assert_eq!(queue(&mut seq, &[&b13ack]), [AckCommit]);
-        expect_deque(&mut seq, &[&b11, &b12, &b13ack]);
+        assert_eq!(queue(seq, &[&b13ack]), [AckCommit]);
+        expect_deque(seq, &[&b11, &b12, &b13ack]);
         assert!(!seq.has_pending());
 
         // Reset to an earlier ACK, followed by re-use of clocks.
         let (b8reset, b9reuse, b10reuse) = (g.env(b, 8, ACK), g.env(b, 9, CONT), g.env(b, 10, ACK));
-        let outcomes = queue(&mut seq, &[&b8reset, &b9reuse, &b10reuse]);
+        let outcomes = queue(seq, &[&b8reset, &b9reuse, &b10reuse]);
         assert_eq!(outcomes, [AckRollback, ContinueBeginSpan, AckCommit]);
-        expect_deque(&mut seq, &[&b9reuse, &b10reuse]);
+        expect_deque(seq, &[&b9reuse, &b10reuse]);
         assert_eq!(seq.buffered_bytes(), 0);
     }
 
