@@ -403,3 +403,35 @@ async fn random_histories_resume_exactly_once_from_any_checkpoint() {
         }
     }
 }
+
+/// Publishing and reading run on any tokio runtime: their futures and types must be `Send`.
+#[test]
+fn futures_and_types_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let journals = MemoryJournals::default();
+    let mut publisher = Publisher::new(journals.clone());
+    let mut message = msg(1);
+    let framing = json_framing();
+    send(&publisher.publish_uncommitted("a", &framing, &mut message));
+    send(&publisher.flush());
+    let mut reader = ReadCommitted::new("a", json_framing(), journals.source("a", 0, 1));
+    send(&reader.next());
+    send(&Sequencer::default());
+    send(&Checkpoint::default());
+}
+
+#[tokio::test]
+async fn a_restarted_publisher_rolls_back_without_a_record_of_the_journal() {
+    let journals = MemoryJournals::default();
+    let mut p = Publisher::with_clock(journals.clone(), PRODUCER, Clock::from_unix_nanos(1 << 60));
+    publish(&mut p, "a", 1, true).await;
+    p.commit().await.unwrap();
+    let clock = p.clock();
+    drop(p);
+    let mut p = Publisher::with_clock(journals.clone(), PRODUCER, clock);
+    publish(&mut p, "a", 2, true).await;
+    p.rollback().await.unwrap();
+    publish(&mut p, "a", 3, true).await;
+    p.commit().await.unwrap();
+    assert_eq!(read_all(&journals, "a").await, [1, 3]);
+}
