@@ -145,7 +145,13 @@ impl<S: ByteSource> ReadCommitted<S> {
     /// The checkpoint of this journal: store it with what was done with the messages
     /// delivered so far; [`ReadCommitted::resume`] then delivers each later message once.
     pub fn checkpoint(&mut self) -> Checkpoint {
-        let (offsets, states) = self.sequencer.checkpoint(0);
+        self.checkpoint_pruned(0)
+    }
+
+    /// As [`ReadCommitted::checkpoint`], forgetting producers idle for longer than
+    /// `horizon_nanos` relative to the journal's most recent one (Go's `pruneHorizon`).
+    pub fn checkpoint_pruned(&mut self, horizon_nanos: u64) -> Checkpoint {
+        let (offsets, states) = self.sequencer.checkpoint(horizon_nanos);
         Checkpoint::from_states(&offsets, &states)
     }
 

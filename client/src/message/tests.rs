@@ -166,6 +166,9 @@ async fn a_recovering_consumer_rewrites_its_ack_intents_and_republishes_once() {
     publish(&mut p, "a", 1, true).await;
     publish(&mut p, "b", 2, true).await;
     let intents = p.build_ack_intents().unwrap();
+    let mut checkpoint = Checkpoint::default();
+    checkpoint.set_ack_intents(&intents);
+    let stored = checkpoint.to_proto();
     let stored_clock = p.clock();
     p.write_intents(&intents).await.unwrap();
     publish(&mut p, "a", 3, true).await; // In flight at the crash.
@@ -173,7 +176,8 @@ async fn a_recovering_consumer_rewrites_its_ack_intents_and_republishes_once() {
     drop(p);
 
     let mut p = Publisher::with_clock(journals.clone(), PRODUCER, stored_clock);
-    p.write_intents(&intents).await.unwrap();
+    let restored = Checkpoint::from_proto(&stored).unwrap();
+    p.write_intents(&restored.intents()).await.unwrap();
     publish(&mut p, "a", 3, true).await;
     publish(&mut p, "b", 4, true).await;
     p.commit().await.unwrap();
