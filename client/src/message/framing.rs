@@ -326,6 +326,11 @@ impl Unframer {
         }
     }
 
+    /// The limits this unframer applies.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// The framing this unframer reads.
     pub fn framing(&self) -> &Framing {
         &self.framing

@@ -383,28 +383,73 @@ async fn random_history(journals: &MemoryJournals, rng: &mut Rng) -> Vec<u64> {
     expect
 }
 
+/// A reader of "a" with the given budget, re-reading through `journals` for replays.
+fn reader_of(
+    journals: &MemoryJournals,
+    budget: usize,
+    chunk: usize,
+    checkpoint: Option<&Checkpoint>,
+) -> ReadCommitted<memory::MemorySource> {
+    let start = checkpoint.map_or(0, |c| c.start_offset("a"));
+    let source = journals.source("a", start, chunk);
+    let reader = match checkpoint {
+        Some(checkpoint) => ReadCommitted::resume("a", json_framing(), source, checkpoint),
+        None => ReadCommitted::new("a", json_framing(), source),
+    };
+    let replays = journals.clone();
+    reader
+        .with_budget(budget)
+        .with_replay(move |offset| replays.source("a", offset, chunk))
+}
+
 #[tokio::test]
 async fn random_histories_resume_exactly_once_from_any_checkpoint() {
-    for seed in 1..=12u64 {
+    // Each history is read with room for every pending message, and with room for about
+    // three, so that long transactions are evicted and replayed.
+    for (seed, budget) in (1..=12u64).flat_map(|seed| [(seed, 1 << 20), (seed, 120)]) {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
         let journals = MemoryJournals::default();
         let expect = random_history(&journals, &mut rng).await;
         for crash_after in 0..=expect.len() {
             let chunk = 1 + rng.below(200) as usize;
-            let mut reader =
-                ReadCommitted::new("a", json_framing(), journals.source("a", 0, chunk));
+            let mut reader = reader_of(&journals, budget, chunk, None);
             let mut delivered = Vec::new();
             while delivered.len() < crash_after {
                 delivered.push(n_of(&reader.next().await.unwrap().unwrap()));
             }
             let checkpoint = Checkpoint::from_proto(&reader.checkpoint().to_proto()).unwrap();
-            let source = journals.source("a", checkpoint.start_offset("a"), chunk);
-            let mut resumed = ReadCommitted::resume("a", json_framing(), source, &checkpoint);
+            let mut resumed = reader_of(&journals, budget, chunk, Some(&checkpoint));
             while let Some(env) = resumed.next().await.unwrap() {
                 delivered.push(n_of(&env));
             }
-            assert_eq!(delivered, expect, "seed {seed}, crash after {crash_after}");
+            assert_eq!(
+                delivered, expect,
+                "seed {seed}, budget {budget}, crash after {crash_after}"
+            );
         }
+    }
+}
+
+#[tokio::test]
+async fn a_replay_without_a_way_to_re_read_is_an_error() {
+    let journals = MemoryJournals::default();
+    let mut p = Publisher::with_clock(journals.clone(), PRODUCER, Clock::from_unix_nanos(1 << 60));
+    for n in 0..5 {
+        publish(&mut p, "a", n, true).await;
+    }
+    p.commit().await.unwrap();
+    let source = journals.source("a", 0, 1 << 20);
+    let mut reader = ReadCommitted::new("a", json_framing(), source).with_budget(100);
+    match reader.next().await {
+        Err(Error::Sequencer {
+            journal,
+            offset,
+            detail,
+        }) => {
+            assert_eq!((journal.as_str(), offset), ("a", 0));
+            assert!(detail.contains("with_replay"), "{detail}");
+        }
+        other => panic!("expected a replay error, got {other:?}"),
     }
 }
 
