@@ -15,7 +15,7 @@
 //! journal again from the checkpoint's start offset, which may lie before the read-through
 //! offset when a span was pending. Messages before the read-through offset were sequenced
 //! already: only the pending spans' messages among them are taken back ("catch-up"), which
-//! does what Go's replay does.
+//! does what Go's replay after a restore does, without a second read.
 //!
 //! Lives on: the task that reads; not shared.
 
