@@ -129,6 +129,7 @@ impl<S: ByteSource> ReadCommitted<S> {
             }
             if let Some(env) = self.sequencer.dequeue() {
                 if self.include_acks || env.uuid.flags() != Flags::ACK_TXN {
+                    self.skip_acks();
                     return Ok(Some(env));
                 }
                 continue;
@@ -151,6 +152,19 @@ impl<S: ByteSource> ReadCommitted<S> {
                     return Ok(None);
                 }
             }
+        }
+    }
+
+    /// Takes now an ACK_TXN that would be dequeued next and skipped: the sequence it ends
+    /// then closes with the message just returned, and a checkpoint shows it closed.
+    fn skip_acks(&mut self) {
+        while !self.include_acks
+            && self
+                .sequencer
+                .peek()
+                .is_some_and(|e| e.uuid.flags() == Flags::ACK_TXN)
+        {
+            self.sequencer.dequeue();
         }
     }
 

@@ -439,18 +439,40 @@ impl Sequencer {
                 .expect("emitting partial is indexed"),
             false => &mut emit.untracked,
         };
+        let mut taken = None;
         while let Some(env) = emit.queue.pop_front() {
-            if let Some(env) = take_if_committed(partial, env) {
-                return Some(env);
+            taken = take_if_committed(partial, env);
+            if taken.is_some() {
+                break;
             }
         }
-        // Only now does the read-through offset pass the committing message, so that a
-        // checkpoint taken mid-sequence makes a restored reader see that message again.
-        *partial = Partial::settled(partial.min_clock);
-        let emit = self.emit.take().expect("emit is set");
-        self.offsets.insert(emit.jp.journal.clone(), emit.end);
-        self.pending.remove(&emit.jp);
-        None
+        // Drop what follows that will never be delivered, so that the sequence closes as
+        // soon as its last message is taken, and a checkpoint then shows it closed.
+        while emit.queue.front().is_some_and(|e| !deliverable(partial, e)) {
+            emit.queue.pop_front();
+        }
+        if emit.queue.is_empty() {
+            // Only now does the read-through offset pass the committing message, so that a
+            // checkpoint taken mid-sequence makes a restored reader see that message again.
+            *partial = Partial::settled(partial.min_clock);
+            let emit = self.emit.take().expect("emit is set");
+            self.offsets.insert(emit.jp.journal.clone(), emit.end);
+            self.pending.remove(&emit.jp);
+        }
+        taken
+    }
+
+    /// The message [`Sequencer::dequeue`] would return next, if it is already known.
+    pub fn peek(&self) -> Option<&Envelope> {
+        let emit = self.emit.as_ref().filter(|e| e.replay.is_none())?;
+        let partial = match emit.tracked {
+            true => self
+                .partials
+                .get(&emit.jp)
+                .expect("emitting partial is indexed"),
+            false => &emit.untracked,
+        };
+        emit.queue.iter().find(|e| deliverable(partial, e))
     }
 
     /// Whether committed messages wait to be dequeued.
@@ -521,13 +543,17 @@ impl Sequencer {
 /// clock at or below `min_clock`) or was rolled back (above `max_clock`). Delivering tightens
 /// the partial to it.
 fn take_if_committed(partial: &mut Partial, env: Envelope) -> Option<Envelope> {
-    let clock = env.uuid.clock();
-    if clock != Clock(0) && (clock <= partial.min_clock || clock > partial.max_clock) {
+    if !deliverable(partial, &env) {
         return None;
     }
-    partial.min_clock = clock;
+    partial.min_clock = env.uuid.clock();
     partial.begin = env.begin;
     Some(env)
+}
+
+fn deliverable(partial: &Partial, env: &Envelope) -> bool {
+    let clock = env.uuid.clock();
+    clock == Clock(0) || (clock > partial.min_clock && clock <= partial.max_clock)
 }
 
 /// Go's decision table, on the producer's partial sequence before the message.

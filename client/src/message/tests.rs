@@ -484,3 +484,28 @@ async fn a_restarted_publisher_rolls_back_without_a_record_of_the_journal() {
     p.commit().await.unwrap();
     assert_eq!(read_all(&journals, "a").await, [1, 3]);
 }
+
+#[tokio::test]
+async fn a_checkpoint_after_a_transactions_last_message_shows_it_closed() {
+    let journals = MemoryJournals::default();
+    let mut p = Publisher::with_clock(journals.clone(), PRODUCER, Clock::from_unix_nanos(1 << 60));
+    publish(&mut p, "a", 1, true).await;
+    publish(&mut p, "a", 2, true).await;
+    p.commit().await.unwrap();
+    publish(&mut p, "a", 3, false).await;
+    let mut reader = ReadCommitted::new("a", json_framing(), journals.source("a", 0, 1 << 20));
+    for (n, through) in [(1, false), (2, true), (3, true)] {
+        assert_eq!(n_of(&reader.next().await.unwrap().unwrap()), n);
+        let checkpoint = reader.checkpoint();
+        let source = &checkpoint.sources["a"];
+        let closed = source.producers.iter().all(|p| p.begin == -1);
+        assert_eq!(closed, through, "after {n}");
+        // Once closed, the read-through offset is past the sequence's last message.
+        assert_eq!(
+            source.read_through == journals.head("a"),
+            n == 3,
+            "after {n}"
+        );
+        assert_eq!(checkpoint.start_offset("a") == source.read_through, through);
+    }
+}
