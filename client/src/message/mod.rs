@@ -1,7 +1,38 @@
 //! Gazette's `message` package (go.gazette.dev/core/message), bit for bit.
+//! `docs/message-protocol.md` describes the protocol itself, for other languages.
+//!
+//! - [`uuid`]: v1 UUIDs made of a [`ProducerId`], a [`Clock`] and [`Flags`].
+//! - [`framing`]: a journal's `content-type` picks its [`Framing`] (JSON lines, fixed
+//!   protobuf frames with [`proto`]'s UUID locator, [`csv`] records); an [`Unframer`] cuts
+//!   bytes into messages, bounded by [`Limits`].
+//! - [`publisher`]: the [`Publisher`], with transactions and their ACK intents.
+//! - [`sequencer`]: the read-committed [`Sequencer`].
+//! - [`checkpoint`]: a consumer's [`Checkpoint`], in Gazette's protobuf or JSON.
+//! - [`reader`]: [`ReadCommitted`], a journal's committed messages, resumable.
+//! - [`memory`]: in-memory journals for tests.
 //!
 //! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
-//! layer implements (and tests implement in memory).
+//! layer implements (and [`memory`] implements in memory).
+//!
+//! Lives on: the tasks that publish and read; nothing here is shared between them.
+
+pub mod checkpoint;
+pub mod csv;
+pub mod framing;
+pub mod memory;
+pub mod proto;
+pub mod publisher;
+pub mod reader;
+pub mod sequencer;
+pub mod uuid;
+
+pub use checkpoint::{Checkpoint, ProducerEntry, Source};
+pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
+pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
+pub use publisher::{AckIntent, Publisher};
+pub use reader::ReadCommitted;
+pub use sequencer::{Envelope, JournalProducer, ProducerState, QueueOutcome, Sequencer};
+pub use uuid::{Clock, Flags, ProducerId, Uuid};
 
 use crate::Error;
 use bytes::Bytes;
@@ -43,3 +74,6 @@ pub trait ByteSource: Send {
     /// non-blocking read.
     fn next_chunk(&mut self) -> impl Future<Output = Result<Option<(i64, Bytes)>, Error>> + Send;
 }
+
+#[cfg(test)]
+mod tests;
