@@ -135,6 +135,8 @@ pub struct RetryReader {
     write_head: i64,
     /// `JOURNAL_NOT_FOUND` answers since the last success.
     not_found: u32,
+    /// Fragments opened directly from their stores.
+    fetched: u64,
 }
 
 impl RetryReader {
@@ -172,6 +174,7 @@ impl RetryReader {
             fragment: None,
             write_head: 0,
             not_found: 0,
+            fetched: 0,
             req,
         })
     }
@@ -193,6 +196,12 @@ impl RetryReader {
     /// The journal's write head, as of the last metadata response.
     pub fn write_head(&self) -> i64 {
         self.write_head
+    }
+
+    /// How many persisted fragments this reader fetched directly from their stores
+    /// (rather than through a broker).
+    pub fn fragments_fetched(&self) -> u64 {
+        self.fetched
     }
 
     /// Restarts the read at `offset` (a seek).
@@ -372,6 +381,7 @@ impl RetryReader {
         .await
         {
             Ok(Opened::Reader(reader)) => {
+                self.fetched += 1;
                 self.fragment = Some(reader.fragment().clone());
                 self.source = Source::Direct(reader);
                 Step::Continue

@@ -33,6 +33,15 @@ pub fn proxied_client(broker: &Broker) -> Client {
 /// Reads `journal` from `offset` to its write head (non-blocking), checking that chunks
 /// follow each other without gaps.
 pub async fn read_to_head(client: &Client, journal: &str, offset: i64) -> Result<Vec<u8>, Error> {
+    Ok(read_counting(client, journal, offset).await?.0)
+}
+
+/// [`read_to_head`], also returning how many fragments were fetched from their stores.
+pub async fn read_counting(
+    client: &Client,
+    journal: &str,
+    offset: i64,
+) -> Result<(Vec<u8>, u64), Error> {
     let mut reader = RetryReader::new(client, journal, offset, false)?;
     let mut out = Vec::new();
     let mut at = offset;
@@ -46,5 +55,5 @@ pub async fn read_to_head(client: &Client, journal: &str, offset: i64) -> Result
         at,
         "{journal}: the reader ends where content ends"
     );
-    Ok(out)
+    Ok((out, reader.fragments_fetched()))
 }
