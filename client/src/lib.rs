@@ -22,6 +22,7 @@ mod codec;
 pub mod endpoint;
 pub mod error;
 mod fragment;
+mod fragments;
 pub mod message;
 mod pool;
 pub mod read;

@@ -90,6 +90,20 @@ async fn reads_follow_persisted_fragments_for_every_codec() {
             // Everything but the last append is persisted.
             let files = await_persisted(&root, journal, 7 * 1500).await;
             assert!(files.len() >= 7, "{journal}: {files:?}");
+            // ListFragments shows them with their file:// URLs, signed when asked.
+            let listed = c
+                .fragments(journal, Some(Duration::from_secs(60)))
+                .await
+                .unwrap();
+            let persisted: Vec<_> = listed
+                .iter()
+                .filter(|f| !f.spec.as_ref().unwrap().backing_store.is_empty())
+                .collect();
+            assert!(persisted.len() >= 7, "{journal}: {listed:?}");
+            for f in persisted {
+                let url = &f.signed_url;
+                assert!(url.starts_with(&format!("file:///{journal}/")), "{url}");
+            }
             for (name, c) in [
                 ("direct", &direct),
                 ("via broker", &via_broker),
