@@ -36,3 +36,20 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use protocol;
 pub use read::{ReadStream, RetryReader};
+
+#[cfg(test)]
+mod tests {
+    /// What a binding (Python, other runtimes) needs: every public type can cross threads.
+    #[test]
+    fn public_types_are_send() {
+        fn send<T: Send>() {}
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Client>();
+        shared::<super::AppendService>();
+        send::<super::RetryReader>();
+        send::<super::ReadStream>();
+        send::<super::ListWatch>();
+        send::<super::message::AppendTicket>();
+        shared::<super::Error>();
+    }
+}

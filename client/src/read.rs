@@ -27,7 +27,7 @@ pub struct ReadStream {
 
 impl Client {
     /// Starts one Read RPC for `req` (no retries: see [`RetryReader`]), at a member of the
-    /// journal's cached Route, or `route` if given.
+    /// journal's cached Route if there is one.
     pub async fn read(&self, req: ReadRequest) -> Result<ReadStream, Error> {
         check_read(&req)?;
         let (_, call) = self

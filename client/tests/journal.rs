@@ -86,7 +86,7 @@ async fn the_append_service_batches_writers_in_order() {
         let journal = "client/batched";
         c.apply_specs(&[spec(journal, &[])]).await.unwrap();
         // A small buffer, so that writers wait on back-pressure too.
-        let service = std::sync::Arc::new(AppendService::with_max_buffered(&c, 4096));
+        let service = std::sync::Arc::new(AppendService::with_max_buffered(&c, 256));
         let mut writers = Vec::new();
         for w in 0..4u8 {
             let service = service.clone();
