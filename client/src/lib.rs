@@ -53,3 +53,8 @@ mod tests {
         shared::<super::Error>();
     }
 }
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
