@@ -164,6 +164,12 @@ impl RetryReader {
     /// `do_not_proxy` is set as Gazette's consumers set it: when the client routes.
     pub fn with_request(client: &Client, mut req: ReadRequest) -> Result<RetryReader, Error> {
         check_read(&req)?;
+        if req.metadata_only {
+            return Err(Error::Invalid(format!(
+                "journal {}: a RetryReader reads content; use Client::read for metadata-only reads",
+                req.journal
+            )));
+        }
         req.do_not_proxy = client.routing();
         Ok(RetryReader {
             client: client.clone(),
@@ -477,8 +483,17 @@ mod tests {
             end_offset: 5,
             ..Default::default()
         };
-        let err = RetryReader::with_request(&client, req).err().unwrap();
+        let err = RetryReader::with_request(&client, req.clone())
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("end offset 5 is before"), "{err}");
+        let req = ReadRequest {
+            end_offset: 0,
+            metadata_only: true,
+            ..req
+        };
+        let err = RetryReader::with_request(&client, req).err().unwrap();
+        assert!(err.to_string().contains("metadata-only"), "{err}");
         // Routing clients ask brokers not to proxy, as Gazette's consumers do.
         let reader = RetryReader::new(&client, "a/jj", 0, false).unwrap();
         assert!(reader.req.do_not_proxy);
