@@ -124,6 +124,15 @@ impl Error {
                 offset: *offset,
                 detail: detail.clone(),
             },
+            Error::Sequencer {
+                journal,
+                offset,
+                detail,
+            } => Error::Sequencer {
+                journal: journal.clone(),
+                offset: *offset,
+                detail: detail.clone(),
+            },
             Error::Invalid(s) => Error::Invalid(s.clone()),
             Error::Io { context, source } => Error::Io {
                 context: context.clone(),
