@@ -22,6 +22,7 @@ pub mod codec;
 mod cover_set;
 mod error;
 pub mod fragment;
+pub mod in_flight;
 pub mod index;
 pub mod naming;
 pub mod record;

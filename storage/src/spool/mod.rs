@@ -65,9 +65,12 @@ use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
 pub mod durable;
+mod failure;
 mod recovery;
 pub mod summing;
 pub mod wal;
+/// Kept here too: the broker's simulator reads `spool::in_flight::count`.
+pub use crate::in_flight;
 pub use durable::{SyncBatcher, SyncGate, SyncTicket};
 #[cfg(test)]
 use recovery::RECOVERY_READ_LEN;
@@ -84,43 +87,6 @@ const LOG_EXTEND_MIN: u64 = 64 << 10;
 const LOG_EXTEND_MAX: u64 = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
 const JOURNAL_FILE: &str = "JOURNAL";
-
-/// Disk operations of spools (and their fragment files) in flight on this thread. With the
-/// `sim` feature, the broker's simulator waits until there are none before its next event,
-/// so that a run does not depend on how fast the kernel completes I/O; without it, every
-/// function here is empty.
-pub mod in_flight {
-    #[cfg(feature = "sim")]
-    thread_local! {
-        static COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-
-    /// Held for the length of one operation.
-    pub struct Op(());
-
-    #[inline(always)]
-    pub fn op() -> Op {
-        #[cfg(feature = "sim")]
-        COUNT.with(|c| c.set(c.get() + 1));
-        Op(())
-    }
-
-    impl Drop for Op {
-        #[inline(always)]
-        fn drop(&mut self) {
-            #[cfg(feature = "sim")]
-            COUNT.with(|c| c.set(c.get() - 1));
-        }
-    }
-
-    /// Operations in flight on this thread (always 0 without the `sim` feature).
-    pub fn count() -> usize {
-        #[cfg(feature = "sim")]
-        return COUNT.with(|c| c.get());
-        #[cfg(not(feature = "sim"))]
-        0
-    }
-}
 
 /// The journal's fragment currently being written.
 ///
