@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS-only cluster (issue 14): etcd serving TLS only (client certificates required), three
+# TLS-only cluster: etcd serving TLS only (client certificates required), three
 # Courant brokers whose clients, peers and etcd client all talk TLS with certificates, and
 # one Gazette broker (go.gazette.dev/core v0.103.0) joining the same cluster over TLS.
 # Journals replicated three ways over the four brokers take appends through gazctl (Go's

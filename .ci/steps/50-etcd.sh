@@ -63,7 +63,7 @@ echo "etcd $(etcd --version | head -n 1) on $URL"
 export COURANT_TEST_ETCD="$URL"
 status=0
 cargo test -p courant-tests --test etcd -- --test-threads=1 --nocapture "$@" || status=1
-# Replication to a down peer answers UNAVAILABLE (issue 14).
+# Replication to a down peer answers UNAVAILABLE.
 if [ "$#" = 0 ]; then
   cargo test -p courant-tests --test security_peer_down --test security_watch -- --nocapture || status=1
 fi

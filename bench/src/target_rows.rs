@@ -1,9 +1,9 @@
-//! The rows issue 13 asks for, each Courant against Gazette v0.103.0 in one run: Gazette's
+//! The rows the performance bars are checked against, each Courant against Gazette v0.103.0 in one run: Gazette's
 //! Go client (`bench/go/appendsvc`) with 8 journals × 8 writers (closed loop, then open
 //! loop at half of Gazette's rate), one Go writer appending one record at a time,
 //! replication 3 with 1 and 8 appends in flight on one journal, loadgen's open loop at half
 //! of Gazette's max (the sweep's point, surfaced), and Courant `--tpc.durable` against
-//! Courant without it. [`crate::bars`] checks the issue's bars against them.
+//! Courant without it. [`crate::bars`] checks the bars against them.
 //!
 //! Lives on: the harness's main thread.
 
@@ -73,7 +73,7 @@ fn one_row(name: &'static str, title: &str, params: String, row: Row) -> Scenari
     }
 }
 
-/// The rows of issue 13 that `wanted` asks for (`loadgen-open50` is made from the sweep, in
+/// The rows of the performance bars that `wanted` asks for (`loadgen-open50` is made from the sweep, in
 /// `main.rs`).
 pub fn scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
     let mut out = Vec::new();

@@ -578,8 +578,8 @@ mod tests {
 
     /// Yields until `gate`'s sync is in flight. It yields instead of sleeping on a timer:
     /// CI caught these tests' executors asleep in `io_uring_wait_cqes` with no timeout while
-    /// a 100 µs timer loop like this one waited (stops 25 and 26, not diagnosed; see
-    /// `bench/known-gaps.md`). A yielding task keeps the executor polling its rings.
+    /// a 100 µs timer loop like this one waited (not diagnosed; see `bench/known-gaps.md`).
+    /// A yielding task keeps the executor polling its rings.
     async fn until_in_flight(gate: &SyncGate) {
         while gate.in_flight().is_none() {
             glommio::executor().yield_now().await;
