@@ -79,7 +79,7 @@ pub use wal::Wal;
 
 /// Content writes shorter than this go through the content file's mapping; longer ones
 /// through `pwrite`: each new 4 KiB page of a mapping costs a page fault, more than
-/// `pwrite`'s bulk copy (`ARCHITECTURE.md`, "Deviations": 64 KiB cost 10 KB appends 14 %).
+/// `pwrite`'s bulk copy (`ARCHITECTURE.md`, "The spool's writes").
 const MAPPED_WRITE_MAX: usize = 4 << 10;
 /// The commit log's file is extended ahead of its records by at least this much...
 const LOG_EXTEND_MIN: u64 = 64 << 10;
@@ -947,7 +947,7 @@ impl Spool {
     /// log's records carry no sums, and not once mapping failed.
     ///
     /// Why: a short append's content `pwrite` cost about a twentieth of the broker's CPU
-    /// (`ARCHITECTURE.md`, "Deviations"). The file's blocks are reserved ahead of the
+    /// (`ARCHITECTURE.md`, "The spool's writes"). The file's blocks are reserved ahead of the
     /// writes and its length extended with them (`reserve`), so a mapped page never lies
     /// past the end of the file nor needs a block at the copy; the zeros past the committed
     /// end are what the length no longer bounds, and recovery checks the content against
@@ -977,7 +977,7 @@ impl Spool {
     ///
     /// Why: a commit record is a few dozen bytes, and its `pwrite` (an ext4 buffered write
     /// per append) cost about a twentieth of the broker's CPU for one-record appends
-    /// (`ARCHITECTURE.md`, "Deviations"). A copy into a mapping costs no system call; the
+    /// (`ARCHITECTURE.md`, "The spool's writes"). A copy into a mapping costs no system call; the
     /// kernel faults in one page per 4 KiB of records.
     async fn map_log(&mut self, end: u64) -> bool {
         if self.log_map.is_off() {
