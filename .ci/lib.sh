@@ -118,8 +118,10 @@ stop_pid() {
 }
 
 # ---- Tools, installed once into the checkout (or the system, for Debian's etcd).
-courant_bin() { # The broker binary the steps run: $COURANT_BIN, else target/debug/courant.
-  local bin="${COURANT_BIN:-$CI_ROOT/target/debug/courant}"
+# courant_bin: the broker binary the steps run: $COURANT_BIN, else debug/courant in cargo's
+# target directory ($CARGO_TARGET_DIR or target/), built there if missing.
+courant_bin() {
+  local bin="${COURANT_BIN:-${CARGO_TARGET_DIR:-$CI_ROOT/target}/debug/courant}"
   if [ ! -x "$bin" ]; then
     echo "building target/debug/courant" >&2
     (cd "$CI_ROOT" && timeout 1800 cargo build --bin courant) >&2 || die "cannot build courant"

@@ -2,7 +2,7 @@
 # Interop with Gazette's own Go client and gazctl (go.gazette.dev/core v0.103.0, pinned in
 # tests/go/go.mod): starts target/debug/courant on a free loopback port with a fresh data
 # dir, runs `go test` in tests/go and tests/go/gazctl_test.sh against it, and always stops it.
-# Run by .ci/run from the repo root after `cargo build --workspace --bins`.
+# Run by .ci/run from the repo root after its build (target/debug/courant).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD

@@ -11,8 +11,9 @@
 # Ports (default: free ones; override with the variables): S3 $SEAWEED_S3_PORT, SeaweedFS's
 # master $SEAWEED_MASTER_PORT, volume $SEAWEED_VOLUME_PORT, filer $SEAWEED_FILER_PORT, each
 # with its gRPC port at +10000; azurite $AZURITE_PORT; fake-gcs-server $GCS_PORT. Needs
-# target/debug/courant (`cargo build --workspace --bins`). Arguments are passed to the test
-# binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`.
+# target/debug/courant (built by .ci/run, else here). Arguments are passed to the test
+# binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`;
+# `--install-only` installs the servers and exits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -50,6 +51,8 @@ if [ ! -x "$AZURITE" ]; then
   echo "installing azurite@3.35.0 into $TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --silent azurite@3.35.0
 fi
+# `--install-only`: stop here (what .ci/run's tool phase calls).
+[ "${1:-}" = --install-only ] && exit 0
 
 # --- Start ------------------------------------------------------------------------------------
 WORK=$(mktemp -d -t courant-stores.XXXXXX)
