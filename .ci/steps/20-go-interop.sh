@@ -2,41 +2,15 @@
 # Interop with Gazette's own Go client and gazctl (go.gazette.dev/core v0.103.0, pinned in
 # tests/go/go.mod): starts target/debug/courant on a free loopback port with a fresh data
 # dir, runs `go test` in tests/go and tests/go/gazctl_test.sh against it, and always stops it.
-# Run by .ci/run from the repo root after `cargo build --workspace --bins`.
+# Run by .ci/run from the repo root after its build (target/debug/courant).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-
-BROKER="${COURANT_BIN:-$ROOT/target/debug/courant}" # COURANT_BIN: override, for testing this script
-if ! command -v go >/dev/null 2>&1; then
-  echo "error: 'go' is not on PATH; the Go interop suite needs Go >= 1.25 (this machine kind ships it at /usr/local/go/bin)" >&2
-  exit 1
-fi
-if [ ! -x "$BROKER" ]; then
-  echo "error: $BROKER not found: run 'cargo build --workspace --bins' first" >&2
-  exit 1
-fi
+. .ci/lib.sh
+need go
+BROKER=$(courant_bin) # COURANT_BIN: override, for testing this script
 echo "go: $(go version)"
-
-# gazctl, at the version tests/go/go.mod pins (its `tool` directive), into a repo-local GOBIN.
-# (`go install ...@v0.103.0` outside a module is not usable here: it also asks the module
-# proxy for the version list, which the registry mirror refuses.)
-export GOBIN="$ROOT/target/go-bin"
-mkdir -p "$GOBIN"
-(cd tests/go && go install go.gazette.dev/core/cmd/gazctl)
-GAZCTL="$GOBIN/gazctl"
-
-free_port() {
-  if command -v python3 >/dev/null 2>&1; then
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-    return
-  fi
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 20000))
-    ss -ltn "sport = :$p" | grep -q LISTEN || { echo "$p"; return; }
-  done
-}
+GAZCTL=$(go_tool gazctl)
 
 PORT=$(free_port)
 ADDRESS="http://127.0.0.1:$PORT"
@@ -47,19 +21,7 @@ LOG="$LOGDIR/broker.log"
 BROKER_PID=""
 
 stop_broker() {
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    local i
-    for i in $(seq 1 100); do
-      kill -0 "$BROKER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$BROKER_PID" 2>/dev/null; then
-      echo "broker did not exit 10 s after SIGTERM; sending SIGKILL"
-      kill -KILL "$BROKER_PID" 2>/dev/null || true
-    fi
-    wait "$BROKER_PID" 2>/dev/null || true
-  fi
+  stop_pid "$BROKER_PID" 10 broker || true
   BROKER_PID=""
   rm -rf "$DATA"
 }
@@ -85,21 +47,8 @@ echo "starting $BROKER ${EXTRA_ARGS[*]} on $ADDRESS (data dir $DATA, log $LOG)"
 BROKER_PID=$!
 
 # Wait (at most 60 s) until the port accepts TCP connections.
-ready=0
-for _ in $(seq 1 600); do
-  if ! kill -0 "$BROKER_PID" 2>/dev/null; then
-    echo "error: broker exited during startup"
-    print_log
-    exit 1
-  fi
-  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-    ready=1
-    break
-  fi
-  sleep 0.1
-done
-if [ "$ready" != 1 ]; then
-  echo "error: broker did not accept connections on 127.0.0.1:$PORT within 60 s"
+if ! wait_port "$PORT" 60 "$BROKER_PID"; then
+  echo "error: broker exited or did not accept connections on 127.0.0.1:$PORT within 60 s"
   print_log
   exit 1
 fi

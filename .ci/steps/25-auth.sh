@@ -5,42 +5,23 @@
 # mutual TLS (spec §8, §11 item 14).
 #
 # Starts target/debug/courant on a free loopback port and stops it (SIGTERM, expecting exit
-# 0) at the end. Uses target/go-bin/gazctl, built by 20-go-interop.sh (built here if absent).
+# 0) at the end. Uses target/go-bin/gazctl (built once, `go_tool` in .ci/lib.sh).
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-BROKER="${COURANT_BIN:-$ROOT/target/debug/courant}"
-GAZCTL="$ROOT/target/go-bin/gazctl"
-if [ ! -x "$GAZCTL" ]; then
-  export GOBIN="$ROOT/target/go-bin"
-  mkdir -p "$GOBIN"
-  (cd tests/go && go install go.gazette.dev/core/cmd/gazctl) || { echo "error: cannot build gazctl" >&2; exit 1; }
-fi
-for tool in python3 curl openssl; do
-  command -v "$tool" >/dev/null || { echo "error: $tool is required" >&2; exit 1; }
-done
-
-PASSED=0
-FAILED=0
-pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
-fail() {
-  echo "FAIL: $1"
-  shift
-  local f
-  for f in "$@"; do [ -s "$f" ] && head -c 2000 "$f" | sed 's/^/  | /'; done
-  FAILED=$((FAILED + 1))
-}
+. .ci/lib.sh
+need python3 curl openssl
+BROKER=$(courant_bin)
+GAZCTL=$(go_tool gazctl)
 
 WORK=$(mktemp -d -t courant-auth.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+PORT=$(free_port)
 ADDRESS="http://127.0.0.1:$PORT"
 KEY_B64=$(printf 'courant-ci-auth-key' | base64)
 BROKER_PID=""
 cleanup() {
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    kill -KILL "$BROKER_PID" 2>/dev/null || true
-  fi
+  [ -z "$BROKER_PID" ] || kill -KILL "$BROKER_PID" 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -48,10 +29,7 @@ trap cleanup EXIT
 "$BROKER" serve --broker.port "$PORT" --broker.host 127.0.0.1 --broker.bind 127.0.0.1 \
   --data-dir "$WORK/data" --broker.auth-keys "$KEY_B64" >"$WORK/broker.log" 2>&1 </dev/null &
 BROKER_PID=$!
-for _ in $(seq 1 300); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-  sleep 0.1
-done
+wait_port "$PORT" 30 "$BROKER_PID" || true # The checks below say what failed.
 
 # token CAP JOURNAL|"" EXP_IN_S: an HS256 token with Go's claims JSON, signed with the key.
 token() {
@@ -158,20 +136,12 @@ else
 fi
 
 # 4. SIGTERM: a clean exit.
-kill -TERM "$BROKER_PID"
-rc=""
-for _ in $(seq 1 200); do
-  if ! kill -0 "$BROKER_PID" 2>/dev/null; then
-    wait "$BROKER_PID"
-    rc=$?
-    break
-  fi
-  sleep 0.1
-done
+rc=0
+stop_pid "$BROKER_PID" 20 broker || rc=$?
 if [ "$rc" = 0 ]; then
   pass "SIGTERM → exit 0"
 else
-  fail "SIGTERM → exit 0 (got '${rc:-still running}')" "$WORK/broker.log"
+  fail "SIGTERM → exit 0 (got '$rc')" "$WORK/broker.log"
 fi
 BROKER_PID=""
 
@@ -192,17 +162,14 @@ BROKER_PID=""
       -out "$name.pem" -extfile "$name.ext"
   done
 ) >"$WORK/openssl.log" 2>&1 || fail "making test certificates" "$WORK/openssl.log"
-TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+TPORT=$(free_port)
 TADDRESS="https://127.0.0.1:$TPORT"
 "$BROKER" serve --broker.port "$TPORT" --broker.host 127.0.0.1 --broker.bind 127.0.0.1 \
   --data-dir "$WORK/tls-data" --broker.server-cert-file "$WORK/server.pem" \
   --broker.server-key-file "$WORK/server.key" --broker.server-ca-file "$WORK/ca.pem" \
   >"$WORK/tls-broker.log" 2>&1 </dev/null &
 BROKER_PID=$!
-for _ in $(seq 1 300); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$TPORT") 2>/dev/null && break
-  sleep 0.1
-done
+wait_port "$TPORT" 30 "$BROKER_PID" || true
 gzt() {
   timeout 30 "$GAZCTL" "$@" --broker.address "$TADDRESS" --broker.trusted-ca-file "$WORK/ca.pem" \
     --broker.cert-file "$WORK/client.pem" --broker.cert-key-file "$WORK/client.key"
@@ -226,9 +193,6 @@ if [ "$code" = "206 1.1" ] && [ "$nocert" != 200 ]; then
 else
   fail "curl over mutual TLS (got '$code', without a certificate '$nocert')"
 fi
-kill -TERM "$BROKER_PID" 2>/dev/null
-wait "$BROKER_PID" 2>/dev/null
+stop_pid "$BROKER_PID" 20 broker || true
 BROKER_PID=""
-
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+summary

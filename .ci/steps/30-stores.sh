@@ -8,26 +8,28 @@
 # `tests/go/stores_gazctl.sh`: gazctl against a broker whose journals live in the bucket
 # (builds target/go-bin/gazctl if missing).
 #
-# Ports (override with the variables): S3 $SEAWEED_S3_PORT (18333), and SeaweedFS's master
-# 19333, volume 19340, filer 18888, each with its gRPC port at +10000; azurite $AZURITE_PORT
-# (10000); fake-gcs-server $GCS_PORT (14443). Needs target/debug/courant (`cargo build --workspace --bins`). Arguments are
-# passed to the test binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`.
+# Ports (default: free ones; override with the variables): S3 $SEAWEED_S3_PORT, SeaweedFS's
+# master $SEAWEED_MASTER_PORT, volume $SEAWEED_VOLUME_PORT, filer $SEAWEED_FILER_PORT, each
+# with its gRPC port at +10000; azurite $AZURITE_PORT; fake-gcs-server $GCS_PORT. Needs
+# target/debug/courant (built by .ci/run, else here). Arguments are passed to the test
+# binary and skip the gazctl script: `bash .ci/steps/30-stores.sh s3_round_trip`;
+# `--install-only` installs the servers and exits.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 TOOLS="$ROOT/target/stores-tools"
-S3_PORT="${SEAWEED_S3_PORT:-18333}"
-MASTER_PORT="${SEAWEED_MASTER_PORT:-19333}"
-VOLUME_PORT="${SEAWEED_VOLUME_PORT:-19340}"
-FILER_PORT="${SEAWEED_FILER_PORT:-18888}"
-AZURITE_PORT="${AZURITE_PORT:-10000}"
-GCS_PORT="${GCS_PORT:-14443}"
+. .ci/lib.sh
+S3_PORT="${SEAWEED_S3_PORT:-$(free_port_block 2 10000)}"
+MASTER_PORT="${SEAWEED_MASTER_PORT:-$(free_port_block 2 10000)}"
+VOLUME_PORT="${SEAWEED_VOLUME_PORT:-$(free_port_block 2 10000)}"
+FILER_PORT="${SEAWEED_FILER_PORT:-$(free_port_block 2 10000)}"
+AZURITE_PORT="${AZURITE_PORT:-$(free_port)}"
+GCS_PORT="${GCS_PORT:-$(free_port)}"
 BUCKET=fragments
 CONTAINER=fragments
 GCS_BUCKET=fragments
 
-command -v python3 >/dev/null || { echo "error: python3 is required" >&2; exit 1; }
-command -v npm >/dev/null || { echo "error: npm (Node >= 18) is required" >&2; exit 1; }
+need python3 npm # npm: Node >= 18
 
 # --- Install (idempotent, repo-local) -------------------------------------------------------
 mkdir -p "$TOOLS"
@@ -49,33 +51,20 @@ if [ ! -x "$AZURITE" ]; then
   echo "installing azurite@3.35.0 into $TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --silent azurite@3.35.0
 fi
+# `--install-only`: stop here (what .ci/run's tool phase calls).
+[ "${1:-}" = --install-only ] && exit 0
 
 # --- Start ------------------------------------------------------------------------------------
 WORK=$(mktemp -d -t courant-stores.XXXXXX)
 WEED_PID=""
 AZURITE_PID=""
 GCS_PID=""
-stop() { # stop PID NAME: SIGCONT (a test may have SIGSTOPped it), SIGTERM, wait, SIGKILL.
-  local pid=$1
-  [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -CONT "$pid" 2>/dev/null || true
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 150); do # SeaweedFS takes a few seconds to stop its parts in turn.
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "$2 did not stop on SIGTERM; sending SIGKILL" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
 cleanup() {
   local rc=$?
-  stop "$GCS_PID" fake-gcs-server
-  stop "$AZURITE_PID" azurite
-  stop "$WEED_PID" seaweedfs
+  # SeaweedFS takes a few seconds to stop its parts in turn.
+  stop_pid "$GCS_PID" 15 fake-gcs-server || true
+  stop_pid "$AZURITE_PID" 15 azurite || true
+  stop_pid "$WEED_PID" 15 seaweedfs || true
   if [ "$rc" != 0 ]; then
     for log in "$WORK/weed.log" "$WORK/azurite.log" "$WORK/gcs.log"; do
       [ -s "$log" ] && { echo "--- tail of $log"; tail -n 30 "$log"; }
@@ -230,22 +219,18 @@ export STORAGE_EMULATOR_HOST="http://127.0.0.1:$GCS_PORT"
 export COURANT_TEST_GCS_BUCKET="$GCS_BUCKET"
 # Extra arguments go to the test binary (e.g. a test name filter).
 status=0
-cargo test -p courant-tests --test stores_s3 -- --test-threads=1 "$@" || status=1
+run_cargo_test tests stores_s3 --test-threads=1 "$@" || status=1
 # Journal names that would leave a store's root are refused at Apply, per store kind.
 if [ "$#" = 0 ]; then
-  cargo test -p courant-tests --test security_stores || status=1
+  run_cargo_test tests security_stores || status=1
 fi
 
 # Gazette's gazctl (v0.103.0, pinned by tests/go/go.mod) against a Courant broker whose
 # journals live in the SeaweedFS bucket, plus a fragment written by gzip and a signed PUT.
 if [ "$#" -eq 0 ]; then
-  GAZCTL="$ROOT/target/go-bin/gazctl"
-  if [ ! -x "$GAZCTL" ]; then
-    command -v go >/dev/null || { echo "error: go is required to build gazctl" >&2; exit 1; }
-    (cd tests/go && GOBIN="$ROOT/target/go-bin" go install go.gazette.dev/core/cmd/gazctl)
-  fi
+  GAZCTL=$(go_tool gazctl)
   echo "== tests/go/stores_gazctl.sh"
-  GAZCTL="$GAZCTL" COURANT_BIN="${COURANT_BIN:-$ROOT/target/debug/courant}" \
+  GAZCTL="$GAZCTL" COURANT_BIN="$(courant_bin)" \
     bash tests/go/stores_gazctl.sh || status=1
 fi
 exit "$status"

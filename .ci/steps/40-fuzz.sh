@@ -3,17 +3,21 @@
 # on the nightly toolchain: decoders of untrusted bytes must not panic. Installs cargo-fuzz
 # from crates.io if it is missing. A crash fails the step and leaves the input under
 # fuzz/artifacts/<target>/ (reproduce: cd fuzz && cargo +nightly fuzz run <target> <file>).
+# All targets are built first in one `cargo fuzz build` (fuzz/target, kept in the checkout);
+# `--build-only` stops there (what .ci/run's build phase calls).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. .ci/lib.sh
 SECONDS_EACH="${FUZZ_SECONDS:-15}"
-if ! cargo +nightly --version >/dev/null 2>&1; then
-  echo "error: the nightly toolchain is required (rustup toolchain list)" >&2
-  exit 1
-fi
+cargo +nightly --version >/dev/null 2>&1 || die "the nightly toolchain is required (rustup toolchain list)"
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 cd fuzz
+cargo +nightly fuzz build
+[ "${1:-}" = --build-only ] && exit 0
+LOGS=$(mktemp -d -t courant-fuzz.XXXXXX)
+trap 'rm -rf "$LOGS"' EXIT
 # Seeds: one well-formed input per target, so the fuzzer starts from the interesting shapes.
 TARGETS="http_head grpc_frames requests fragment_names spool_commits jwt_claims"
 for target in $TARGETS; do mkdir -p "corpus/$target"; done
@@ -41,12 +45,12 @@ status=0
 for target in $TARGETS; do
   echo "== fuzz $target (${SECONDS_EACH}s)"
   if cargo +nightly fuzz run "$target" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 \
-    -print_final_stats=1 2>&1 | tee "/tmp/courant-fuzz-$target.log" | grep -E '^(stat::|==|INFO: Done|SUMMARY|.*panicked)'; then
+    -print_final_stats=1 2>&1 | tee "$LOGS/$target.log" | grep -E '^(stat::|==|INFO: Done|SUMMARY|.*panicked)'; then
     :
   fi
-  if ! grep -q 'Done [0-9]* runs' "/tmp/courant-fuzz-$target.log"; then
+  if ! grep -q 'Done [0-9]* runs' "$LOGS/$target.log"; then
     echo "fuzz target $target failed:"
-    tail -n 40 "/tmp/courant-fuzz-$target.log"
+    tail -n 40 "$LOGS/$target.log"
     status=1
   fi
 done

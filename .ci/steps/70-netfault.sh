@@ -12,50 +12,31 @@
 # to this machine. Needs root (ip netns) and iproute2 (ip, tc). Everything (namespaces,
 # links, etcd, brokers) is removed on exit; the whole step is bounded to 5 minutes.
 #
-# Knobs (environment): ETCD_BIN, ETCD_CLIENT_PORT/ETCD_PEER_PORT (default 23793/23803),
+# Knobs (environment): ETCD_BIN, ETCD_CLIENT_PORT/ETCD_PEER_PORT (default: free ones),
 # NETFAULT_SUBNET (a /24 prefix such as 10.213.7, default derived from the client port),
 # CLUSTER_IMPL/CLUSTER_BIN (default courant and target/debug/courant, built if missing; e.g.
 # gazette and its binary, with ETCD_BIN an etcd >= 3.5, to validate the test itself).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-CLIENT_PORT="${ETCD_CLIENT_PORT:-23793}"
-PEER_PORT="${ETCD_PEER_PORT:-23803}"
+. .ci/lib.sh
+need ip tc go curl
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
+  die "network namespaces need root (or sudo)"
+fi
+export ETCD_CLIENT_PORT="${ETCD_CLIENT_PORT:-$(free_port)}"
+export ETCD_PEER_PORT="${ETCD_PEER_PORT:-$(free_port)}"
+CLIENT_PORT=$ETCD_CLIENT_PORT
+PEER_PORT=$ETCD_PEER_PORT
 NET="${NETFAULT_SUBNET:-10.213.$((CLIENT_PORT % 250))}"
 TAG="cnf$((CLIENT_PORT % 100000))" # Unique per port: names of links and namespaces.
 BR="${TAG}br"
 
-for tool in ip tc go curl; do
-  command -v "$tool" >/dev/null || { echo "error: '$tool' is required" >&2; exit 1; }
-done
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
-  echo "error: network namespaces need root (or sudo)" >&2
-  exit 1
-fi
-
-ETCD_BIN="${ETCD_BIN:-}"
-if [ -z "$ETCD_BIN" ]; then
-  if ! command -v etcd >/dev/null; then
-    echo "installing etcd-server"
-    export DEBIAN_FRONTEND=noninteractive
-    timeout 600 apt-get update -qq
-    timeout 600 apt-get install -y -qq etcd-server >/dev/null
-    if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then
-      systemctl stop etcd || true
-    elif command -v service >/dev/null; then
-      service etcd stop >/dev/null 2>&1 || true
-    fi
-  fi
-  ETCD_BIN=$(command -v etcd)
-fi
+ETCD_BIN="${ETCD_BIN:-$(etcd_bin)}"
 export CLUSTER_IMPL="${CLUSTER_IMPL:-courant}"
 if [ "$CLUSTER_IMPL" = courant ]; then
-  export CLUSTER_BIN="${CLUSTER_BIN:-$ROOT/target/debug/courant}"
-  if [ ! -x "$CLUSTER_BIN" ]; then
-    echo "building target/debug/courant"
-    timeout 1800 cargo build --bin courant
-  fi
+  CLUSTER_BIN="${CLUSTER_BIN:-$(courant_bin)}"
 fi
 : "${CLUSTER_BIN:?set CLUSTER_BIN to the broker binary of CLUSTER_IMPL=$CLUSTER_IMPL}"
 CLUSTER_BIN=$(realpath "$CLUSTER_BIN")
@@ -65,15 +46,10 @@ OUT="$ROOT/target/netfault"
 rm -rf "$OUT/runs"
 mkdir -p "$OUT/runs"
 ETCD_DIR=""
-ETCD_PID=""
 
 cleanup() {
   set +e
-  if [ -n "$ETCD_PID" ]; then
-    kill "$ETCD_PID" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$ETCD_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$ETCD_PID" 2>/dev/null
-  fi
+  [ -z "$ETCD_DIR" ] || etcd_stop "$ETCD_DIR"
   for i in 1 2 3; do
     # Brokers die with the test process (Pdeathsig); kill any stragglers of ours by pid.
     for pid in $(ip netns pids "${TAG}n$i" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
@@ -108,18 +84,7 @@ for i in 1 2 3; do
 done
 
 URL="http://$NET.2:$CLIENT_PORT"
-setsid "$ETCD_BIN" --name courant-netfault --data-dir "$ETCD_DIR/data" \
-  --listen-client-urls "http://127.0.0.1:$CLIENT_PORT,$URL" --advertise-client-urls "$URL" \
-  --listen-peer-urls "http://127.0.0.1:$PEER_PORT" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-  --initial-cluster "courant-netfault=http://127.0.0.1:$PEER_PORT" --initial-cluster-state new \
-  --logger zap --log-outputs "$ETCD_DIR/etcd.log" >>"$ETCD_DIR/stdout.log" 2>&1 </dev/null &
-ETCD_PID=$!
-for _ in $(seq 1 300); do
-  curl -sf "$URL/health" >/dev/null 2>&1 && break
-  kill -0 "$ETCD_PID" 2>/dev/null || { tail -n 30 "$ETCD_DIR/etcd.log" >&2; exit 1; }
-  sleep 0.05
-done
+etcd_start_plain "$ETCD_DIR" "$ETCD_BIN" courant-netfault "$CLIENT_PORT" "$PEER_PORT" "$URL"
 if ! ip netns exec "${TAG}n1" curl -sf "$URL/health" >/dev/null; then
   echo "error: etcd at $URL is not reachable from namespace ${TAG}n1" >&2
   exit 1

@@ -1,13 +1,13 @@
-//! The bars of issue 13, checked against the rows of one run: one line per bar with the
+//! The performance bars (Courant against Gazette v0.103.0), checked against the rows of one run: one line per bar with the
 //! measured figure, the bar, and whether it was met. A bar whose rows did not run (or
 //! failed) is "not measured", never met.
 //!
 //! Lives on: the harness's main thread, after the runs (pure functions of the results).
 
-use crate::issue13::{DURABLE, GO_8X64, GO_OPEN50, GO_SINGLE, LOADGEN_OPEN50, R3_1, R3_8};
 use crate::limits::Limits;
 use crate::report::Scenario;
 use crate::runs::Measurement;
+use crate::target_rows::{DURABLE, GO_8X64, GO_OPEN50, GO_SINGLE, LOADGEN_OPEN50, R3_1, R3_8};
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,7 @@ fn appends(m: &Measurement) -> Option<f64> {
     m.cost.appends_per_s.or_else(|| records(m))
 }
 
-/// Every bar of issue 13, in the issue's order.
+/// Every performance bar, in the order of the results table.
 pub fn evaluate(scenarios: &[Scenario], limits: &Limits) -> Vec<Bar> {
     let c = |s: &str, row: usize, pick: fn(&Measurement) -> Option<f64>| {
         get(scenarios, s, row, true).and_then(pick)
@@ -313,7 +313,7 @@ impl Bar {
     }
 }
 
-/// The "Issue 13 bars" table.
+/// The "Performance bars" table.
 pub fn table(bars: &[Bar]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "| Bar | Measured | Target | |\n|---|---|---|---|");

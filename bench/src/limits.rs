@@ -426,7 +426,7 @@ impl PageReporting {
 /// Touches most of the machine's available memory once, then frees it.
 ///
 /// On a freshly booted VM the host backs guest memory lazily: the first write to each
-/// guest page traps to the hypervisor. Measured on this project's VM (stop 26): writing
+/// guest page traps to the hypervisor. Measured on a freshly booted 2-vCPU VM: writing
 /// 20 GiB to tmpfs ran at 459 MB/s the first time and at 2.5 GB/s the next. The page cache
 /// that brokers write their spools through takes such pages, and since Courant runs first
 /// in each row, it paid for them and Gazette, reusing the pages the deleted spools freed,
@@ -435,7 +435,7 @@ impl PageReporting {
 /// bias out of the first rows.
 ///
 /// It does not last where the guest reports free memory back to its host ([`PageReporting`]):
-/// on stop 34's VM (`min_free_ms` 0) 5.3 of 8 GiB freed went back within 5 s. A max-1kib
+/// on a VM with `min_free_ms` 0, 5.3 of 8 GiB freed went back within 5 s. A max-1kib
 /// load spent 65 % of Courant's broker CPU in that copy two minutes after touching 19 GiB,
 /// and 39 % right after touching 18 GiB; the results say how much went back during the run.
 pub fn prefault_memory() -> Prefault {

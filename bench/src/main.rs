@@ -12,11 +12,11 @@
 
 mod bars;
 mod brokers;
-mod issue13;
 mod limits;
 mod procs;
 mod report;
 mod runs;
+mod target_rows;
 
 use brokers::{Bins, Broker, BrokerOptions, Cluster, Etcd, Kind, Target};
 use clap::Parser;
@@ -78,13 +78,13 @@ const SCENARIOS: &[&str] = &[
     "cores",
     "r3-100b",
     "go-appendservice",
-    issue13::GO_8X64,
-    issue13::GO_OPEN50,
-    issue13::GO_SINGLE,
-    issue13::R3_1,
-    issue13::R3_8,
-    issue13::LOADGEN_OPEN50,
-    issue13::DURABLE,
+    target_rows::GO_8X64,
+    target_rows::GO_OPEN50,
+    target_rows::GO_SINGLE,
+    target_rows::R3_1,
+    target_rows::R3_8,
+    target_rows::LOADGEN_OPEN50,
+    target_rows::DURABLE,
 ];
 
 /// Run lengths of a profile.
@@ -687,14 +687,14 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     let bars = bars::table(&bars::evaluate(&scenarios, &limits));
     let mut md = report::markdown(&ctx, &scenarios);
     md += &format!(
-        "## Issue 13 bars\n\nEach bar against this run's rows (Courant's figures; ratios \
+        "## Performance bars\n\nEach bar against this run's rows (Courant's figures; ratios \
          against Gazette's in the same run). A bar whose rows were not run, or failed, is not \
          measured.\n\n{bars}"
     );
     let md_path = out_dir.join(format!("{base}.md"));
     std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     println!("{}", report::summary(&scenarios, &limits));
-    println!("Issue 13 bars:\n\n{bars}");
+    println!("Performance bars:\n\n{bars}");
     eprintln!("courant-bench: wrote {}", md_path.display());
     Ok(())
 }
@@ -742,7 +742,7 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         };
         let s = sweep(ctx, max_row, fractions);
         if wanted("loadgen-open50") {
-            out.push(issue13::loadgen_open50(&s));
+            out.push(target_rows::loadgen_open50(&s));
         }
         if wanted("sweep") {
             out.push(s);
@@ -811,7 +811,7 @@ fn run_scenarios(ctx: &Ctx, wanted: &dyn Fn(&str) -> bool) -> Vec<Scenario> {
         );
         out.push(s);
     }
-    out.extend(issue13::scenarios(ctx, wanted));
+    out.extend(target_rows::scenarios(ctx, wanted));
     out
 }
 
@@ -885,7 +885,7 @@ fn sweep(ctx: &Ctx, max_row: &Row, fractions: &[f64]) -> Scenario {
         })
         .collect();
     if let Some(g) = gazette_max {
-        points.push((issue13::GAZETTE_HALF.into(), 0.5 * g));
+        points.push((target_rows::GAZETTE_HALF.into(), 0.5 * g));
     }
     points.sort_by(|a, b| a.1.total_cmp(&b.1));
     let base = LoadSpec {

@@ -26,7 +26,7 @@ pub struct Scenario {
     pub not_run: Option<String>,
     /// Draw the rows as a latency-against-offered-rate plot.
     pub plot: bool,
-    /// The summary shows records/s, latency and CPU per record (latency rows of issue 13).
+    /// The summary shows records/s, latency and CPU per record (the latency rows of the performance bars).
     pub show_latency: bool,
 }
 

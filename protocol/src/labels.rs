@@ -9,6 +9,8 @@
 //! rather than equality. In text form (`gazctl -l`) such a label is written with a
 //! `:prefix` suffix on its name, e.g. `name:prefix=foo/`.
 
+use crate::label_lookup::lower_bound;
+pub use crate::label_lookup::{value_of, values_of};
 use crate::validate::{Check, ValidationError, Verr, go_quote, label_names};
 use crate::{Label, LabelSelector, LabelSet};
 use regex::Regex;
@@ -45,28 +47,6 @@ pub fn label_set(pairs: &[(&str, &str)]) -> LabelSet {
         add_value(&mut set, n, v);
     }
     set
-}
-
-/// Index of the first label whose name is not less than `name`.
-fn lower_bound(set: &LabelSet, name: &str) -> usize {
-    set.labels.partition_point(|l| l.name.as_str() < name)
-}
-
-/// Values of label `name`, in set order.
-pub fn values_of<'a>(set: &'a LabelSet, name: &str) -> impl Iterator<Item = &'a str> {
-    let begin = lower_bound(set, name);
-    let name = name.to_string();
-    set.labels
-        .get(begin..)
-        .unwrap_or_default()
-        .iter()
-        .take_while(move |l| l.name == name)
-        .map(|l| l.value.as_str())
-}
-
-/// The first value of label `name`, if the set has it.
-pub fn value_of<'a>(set: &'a LabelSet, name: &str) -> Option<&'a str> {
-    values_of(set, name).next()
 }
 
 /// Adds label `name` with `value`, keeping other values of `name`. A `:prefix` suffix

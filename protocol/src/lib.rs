@@ -12,6 +12,7 @@ pub use generated::*;
 
 pub mod flags;
 pub mod grpc;
+mod label_lookup;
 pub mod labels;
 pub mod method;
 pub mod route;

@@ -67,7 +67,7 @@ impl FragmentFile {
     /// at least `begin`). Returns fewer bytes only at the end of the file; the
     /// caller bounds `max_len` by the fragment's committed end.
     pub async fn read_at(&self, offset: i64, max_len: usize) -> Result<Bytes, StorageError> {
-        let _op = crate::spool::in_flight::op();
+        let _op = crate::in_flight::op();
         if offset < self.begin {
             return Err(StorageError::InvalidOffset {
                 offset,
@@ -91,7 +91,7 @@ impl FragmentFile {
     /// `FragmentFile` keep reading: the open descriptor outlives the name.
     /// Must not be called on the current spool's file.
     pub async fn remove(&self) -> Result<(), StorageError> {
-        let _op = crate::spool::in_flight::op();
+        let _op = crate::in_flight::op();
         for path in [&self.path, &self.commits_path] {
             match glommio::io::remove(path).await {
                 Ok(()) => {}

@@ -1,4 +1,4 @@
-//! Courant's journal storage: spools on io_uring, fragments, the fragment
+//! Courant's journal storage: spools written through the page cache, fragments, the fragment
 //! index (cover set) and spool recovery after a crash.
 //!
 //! Everything here lives on a journal's owner core. The stateful types hold
@@ -22,6 +22,7 @@ pub mod codec;
 mod cover_set;
 mod error;
 pub mod fragment;
+pub mod in_flight;
 pub mod index;
 pub mod naming;
 pub mod record;

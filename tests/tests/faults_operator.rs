@@ -135,7 +135,7 @@ async fn a_bad_config_file_value_names_the_file_and_line() {
             "{out}"
         );
         assert!(out.contains("zone = g"), "{out}");
-        // Gazette's --broker.watch-delay is Courant's too (issue 14): read, not warned about.
+        // Gazette's --broker.watch-delay is Courant's too: read, not warned about.
         assert!(out.contains("watch-delay = 45ms"), "{out}");
     })
     .await

@@ -1,4 +1,4 @@
-//! Errors clients see (issue 14): Gazette's codes and messages without server paths.
+//! Errors clients see: Gazette's codes and messages without server paths.
 //! * An Append to journal `""` answers the invalid-name error Read answers (not
 //!   JOURNAL_NOT_FOUND).
 //! * A full disk (the data dir on a 2 MiB tmpfs) answers the Append with the OS error and

@@ -1,5 +1,5 @@
 //! Every option of `gazette serve` (v0.103.0) is accepted by `courant serve` with Gazette's
-//! name and environment variable (issue 14), so an existing deployment's flags, env vars and
+//! name and environment variable, so an existing deployment's flags, env vars and
 //! INI file start a Courant broker.
 //!
 //! The list is `tests/fixtures/gazette-v0.103.0-serve-flags.txt` (how to regenerate it from

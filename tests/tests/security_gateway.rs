@@ -1,4 +1,4 @@
-//! The `/` HTTP gateway with `--broker.auth-keys` (issue 14): unlike Gazette, whose gateway
+//! The `/` HTTP gateway with `--broker.auth-keys`: unlike Gazette, whose gateway
 //! is open, GET/HEAD reads need a token with READ and PUT appends one with APPEND, from the
 //! `Authorization` header or `?token=`; none or a bad one is 401, a token without the
 //! capability or the journal in its selector is 403. Without keys the gateway stays open.

@@ -1,4 +1,4 @@
-//! Descriptors and idle connections (issue 14): the broker raises its soft RLIMIT_NOFILE
+//! Descriptors and idle connections: the broker raises its soft RLIMIT_NOFILE
 //! to the hard limit at start, and closes (GOAWAY, then EOF) HTTP/2 connections with no
 //! call in flight for `--tpc.h2-idle-timeout`, while connections with a call in flight
 //! stay open.

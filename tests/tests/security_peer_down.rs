@@ -1,4 +1,4 @@
-//! Replication to a broker that is down answers UNAVAILABLE, as Gazette's does (issue 14),
+//! Replication to a broker that is down answers UNAVAILABLE, as Gazette's does,
 //! so clients that retry only on UNAVAILABLE retry. A broker in cluster mode (real etcd)
 //! shares the keyspace with a member whose endpoint nothing listens on; a journal replicated
 //! to both gets appends answered UNAVAILABLE with a message saying what to check, whichever

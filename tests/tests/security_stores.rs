@@ -1,4 +1,4 @@
-//! Journal names never escape a store's root, against real store servers (issue 14): for
+//! Journal names never escape a store's root, against real store servers: for
 //! each store kind whose server `.ci/steps/30-stores.sh` started (SeaweedFS S3, azurite,
 //! fake-gcs-server; the `COURANT_TEST_*` variables it exports), Apply of a journal whose
 //! name climbs out of the store's prefix is refused with a message naming it, while a clean

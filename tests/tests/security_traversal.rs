@@ -1,4 +1,4 @@
-//! Journal names never escape a store's root (issue 14): Apply of a journal whose name (or
+//! Journal names never escape a store's root: Apply of a journal whose name (or
 //! whose store's find/replace rewriting) would map outside the root of its fragment store
 //! is refused with a message naming the journal, whatever the store kind, and nothing is
 //! written outside the broker's file root.

@@ -1,4 +1,4 @@
-//! `--broker.watch-delay` (Gazette's flag, issue 14): watched etcd changes are applied after
+//! `--broker.watch-delay` (Gazette's flag): watched etcd changes are applied after
 //! the delay, so an Apply (answered once this broker's keyspace holds its revision) takes at
 //! least the delay, and can be fast with `0`. Needs `COURANT_TEST_ETCD` (set by
 //! `.ci/steps/50-etcd.sh`); skipped with a printed reason otherwise.

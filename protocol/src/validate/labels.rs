@@ -93,7 +93,7 @@ pub fn validate_single_value_labels(s: &LabelSet) -> Result<(), ValidationError>
 }
 
 pub(crate) fn first_value<'a>(s: &'a LabelSet, name: &str) -> Option<&'a str> {
-    crate::labels::values_of(s, name).next()
+    crate::label_lookup::values_of(s, name).next()
 }
 
 /// Go's `mime.ParseMediaType`, restricted to its verdict on the media type itself.

@@ -266,7 +266,7 @@ impl Check for ListRequest {
         sel.check().map_err(|e| e.ctx("Selector"))?;
         for (which, set) in [("Include", &sel.include), ("Exclude", &sel.exclude)] {
             let set = set.clone().unwrap_or_default();
-            for v in crate::labels::values_of(&set, label_names::PREFIX) {
+            for v in crate::label_lookup::values_of(&set, label_names::PREFIX) {
                 if !v.ends_with('/') {
                     return fail(format!(
                         "Selector.{which}.Labels[\"prefix\"]: expected trailing '/' ({v})"

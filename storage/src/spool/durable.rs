@@ -45,9 +45,11 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use futures_util::future::LocalBoxFuture;
 use glommio::io::BufferedFile;
 
-use super::wal::Wal;
+use super::failure::Failure;
+use super::wal::{LoggedSpool, Wal};
 use crate::StorageError;
 use crate::fragment::FragmentFile;
 
@@ -128,7 +130,7 @@ impl SyncBatcher {
         if queued.is_empty() {
             return;
         }
-        let _op = super::in_flight::op();
+        let _op = crate::in_flight::op();
         let mut batch = Vec::with_capacity(queued.len());
         for gate in queued {
             gate.queued.set(false);
@@ -168,55 +170,6 @@ impl Files {
                 _ => false,
             }
     }
-}
-
-/// Why a gate failed, kept to answer every later waiter.
-#[derive(Clone)]
-pub(crate) struct Failure {
-    path: PathBuf,
-    /// The OS error, when the failure had one.
-    code: Option<i32>,
-    kind: std::io::ErrorKind,
-    text: String,
-}
-
-impl Failure {
-    pub(crate) fn of(err: &StorageError) -> Failure {
-        match err {
-            StorageError::Io { path, source, .. } => Failure {
-                path: path.clone(),
-                code: source
-                    .raw_os_error()
-                    .or_else(|| os_code_in(&source.to_string())),
-                kind: source.kind(),
-                // Keeps "(os error N)" in the text, which the broker's messages look for.
-                text: match source.raw_os_error() {
-                    Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
-                    None => source.to_string(),
-                },
-            },
-            other => Failure {
-                path: PathBuf::new(),
-                code: None,
-                kind: std::io::ErrorKind::Other,
-                text: other.to_string(),
-            },
-        }
-    }
-
-    pub(crate) fn error(&self) -> StorageError {
-        let source = match self.code {
-            Some(code) => std::io::Error::from_raw_os_error(code),
-            None => std::io::Error::new(self.kind, self.text.clone()),
-        };
-        StorageError::io("syncing", &self.path, source)
-    }
-}
-
-/// The `N` of "(os error N)" in an error's text (glommio wraps the OS error in its own).
-fn os_code_in(text: &str) -> Option<i32> {
-    let at = text.rfind("(os error ")?;
-    text[at + 10..].split(')').next()?.parse().ok()
 }
 
 /// The state behind a [`SyncGate`].
@@ -534,6 +487,17 @@ impl SyncGate {
     }
 }
 
+impl LoggedSpool for SyncGate {
+    fn mark_logged(&self) -> bool {
+        SyncGate::mark_logged(self)
+    }
+
+    fn checkpoint(&self) -> LocalBoxFuture<'static, Result<(), StorageError>> {
+        self.clear_logged();
+        Box::pin(self.ticket_all().wait())
+    }
+}
+
 /// The right to learn when a commit generation is durable; see [`SyncGate`].
 pub struct SyncTicket {
     gate: SyncGate,
@@ -614,8 +578,8 @@ mod tests {
 
     /// Yields until `gate`'s sync is in flight. It yields instead of sleeping on a timer:
     /// CI caught these tests' executors asleep in `io_uring_wait_cqes` with no timeout while
-    /// a 100 µs timer loop like this one waited (stops 25 and 26, not diagnosed; see
-    /// `bench/known-gaps.md`). A yielding task keeps the executor polling its rings.
+    /// a 100 µs timer loop like this one waited (not diagnosed; see `bench/known-gaps.md`).
+    /// A yielding task keeps the executor polling its rings.
     async fn until_in_flight(gate: &SyncGate) {
         while gate.in_flight().is_none() {
             glommio::executor().yield_now().await;

@@ -65,9 +65,12 @@ use crate::summer::Summer;
 use protocol::sum::zero_sum;
 
 pub mod durable;
+mod failure;
 mod recovery;
 pub mod summing;
 pub mod wal;
+/// Kept here too: the broker's simulator reads `spool::in_flight::count`.
+pub use crate::in_flight;
 pub use durable::{SyncBatcher, SyncGate, SyncTicket};
 #[cfg(test)]
 use recovery::RECOVERY_READ_LEN;
@@ -76,7 +79,7 @@ pub use wal::Wal;
 
 /// Content writes shorter than this go through the content file's mapping; longer ones
 /// through `pwrite`: each new 4 KiB page of a mapping costs a page fault, more than
-/// `pwrite`'s bulk copy (`ARCHITECTURE.md`, "Deviations": 64 KiB cost 10 KB appends 14 %).
+/// `pwrite`'s bulk copy (`ARCHITECTURE.md`, "The spool's writes").
 const MAPPED_WRITE_MAX: usize = 4 << 10;
 /// The commit log's file is extended ahead of its records by at least this much...
 const LOG_EXTEND_MIN: u64 = 64 << 10;
@@ -84,43 +87,6 @@ const LOG_EXTEND_MIN: u64 = 64 << 10;
 const LOG_EXTEND_MAX: u64 = 1 << 20;
 /// Name of the file holding the journal's name in its spool directory.
 const JOURNAL_FILE: &str = "JOURNAL";
-
-/// Disk operations of spools (and their fragment files) in flight on this thread. With the
-/// `sim` feature, the broker's simulator waits until there are none before its next event,
-/// so that a run does not depend on how fast the kernel completes I/O; without it, every
-/// function here is empty.
-pub mod in_flight {
-    #[cfg(feature = "sim")]
-    thread_local! {
-        static COUNT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-
-    /// Held for the length of one operation.
-    pub struct Op(());
-
-    #[inline(always)]
-    pub fn op() -> Op {
-        #[cfg(feature = "sim")]
-        COUNT.with(|c| c.set(c.get() + 1));
-        Op(())
-    }
-
-    impl Drop for Op {
-        #[inline(always)]
-        fn drop(&mut self) {
-            #[cfg(feature = "sim")]
-            COUNT.with(|c| c.set(c.get() - 1));
-        }
-    }
-
-    /// Operations in flight on this thread (always 0 without the `sim` feature).
-    pub fn count() -> usize {
-        #[cfg(feature = "sim")]
-        return COUNT.with(|c| c.get());
-        #[cfg(not(feature = "sim"))]
-        0
-    }
-}
 
 /// The journal's fragment currently being written.
 ///
@@ -981,7 +947,7 @@ impl Spool {
     /// log's records carry no sums, and not once mapping failed.
     ///
     /// Why: a short append's content `pwrite` cost about a twentieth of the broker's CPU
-    /// (`ARCHITECTURE.md`, "Deviations"). The file's blocks are reserved ahead of the
+    /// (`ARCHITECTURE.md`, "The spool's writes"). The file's blocks are reserved ahead of the
     /// writes and its length extended with them (`reserve`), so a mapped page never lies
     /// past the end of the file nor needs a block at the copy; the zeros past the committed
     /// end are what the length no longer bounds, and recovery checks the content against
@@ -1011,7 +977,7 @@ impl Spool {
     ///
     /// Why: a commit record is a few dozen bytes, and its `pwrite` (an ext4 buffered write
     /// per append) cost about a twentieth of the broker's CPU for one-record appends
-    /// (`ARCHITECTURE.md`, "Deviations"). A copy into a mapping costs no system call; the
+    /// (`ARCHITECTURE.md`, "The spool's writes"). A copy into a mapping costs no system call; the
     /// kernel faults in one page per 4 KiB of records.
     async fn map_log(&mut self, end: u64) -> bool {
         if self.log_map.is_off() {

@@ -118,8 +118,7 @@ pub(super) async fn recover_fragment(
     begin: i64,
 ) -> Result<Option<RecoveredFragment>, StorageError> {
     let names = FragmentFile::new(dir, begin);
-    let (path, log_path) = (names.path(), names.commits_path());
-
+    let path = names.path();
     let file = open_rw(path, false)
         .await
         .map_err(|e| StorageError::io("opening", path, e))?;
@@ -127,25 +126,11 @@ pub(super) async fn recover_fragment(
         .file_size()
         .await
         .map_err(|e| StorageError::io("sizing", path, e.into()))?;
-
-    let log = match open_rw(log_path, false).await {
-        Ok(log) => Some(log),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(StorageError::io("opening", log_path, e)),
+    let (log, log_len, buf) = read_commit_log(names.commits_path()).await?;
+    let scanned = match &log {
+        Some(_) => record::scan(&buf, begin, content_len),
+        None => None,
     };
-    let mut scanned = None;
-    let mut log_len = 0;
-    let mut buf = Vec::new();
-    if let Some(log) = &log {
-        log_len = log
-            .file_size()
-            .await
-            .map_err(|e| StorageError::io("sizing", log_path, e.into()))?;
-        buf = read_up_to(log, 0, log_len as usize)
-            .await
-            .map_err(|e| StorageError::io("reading", log_path, e))?;
-        scanned = record::scan(&buf, begin, content_len);
-    }
 
     // A fragment without content is kept only if its log marks its begin (a roll's).
     let (Some(scanned), Some(log)) = (scanned.filter(|s| s.end > begin || s.records > 0), log)
@@ -154,79 +139,167 @@ pub(super) async fn recover_fragment(
         names.remove().await?;
         return Ok(None);
     };
-
-    // The content must match the sum of the last record: where a power loss kept records
-    // whose content never reached the disk (its blocks read as zeros), the fragment is cut
-    // back to the last record whose content is intact.
-    let mut scanned = scanned;
-    let mut committed_len = (scanned.end - begin) as u64;
-    let mut sum = hash_content(&file, committed_len)
-        .await
-        .map_err(|e| StorageError::io("re-hashing", path, e))?;
-    if let Some(&(_, want)) = scanned.ends.last()
-        && want != digest_of(&sum, committed_len)
-    {
-        let (keep, intact) = hash_checked(&file, begin, &scanned.ends)
-            .await
-            .map_err(|e| StorageError::io("re-hashing", path, e))?;
-        let Some(kept) =
-            record::scan_first(&buf, begin, content_len, keep).filter(|s| s.records > 0)
-        else {
-            tracing::warn!(journal, begin, path = %path.display(),
-                "removing spool whose content matches none of its commit records");
-            names.remove().await?;
-            return Ok(None);
-        };
-        tracing::warn!(
-            journal,
-            begin,
-            end = scanned.end,
-            intact_end = kept.end,
-            "spool content does not match its commit records past the intact end (lost before reaching the disk): cutting"
-        );
-        scanned = kept;
-        committed_len = (scanned.end - begin) as u64;
-        sum = intact;
-    }
+    let Some((scanned, sum)) =
+        intact_commits(&file, path, (journal, begin), &buf, content_len, scanned).await?
+    else {
+        tracing::warn!(journal, begin, path = %path.display(),
+            "removing spool whose content matches none of its commit records");
+        names.remove().await?;
+        return Ok(None);
+    };
     let log_crc = crc32c::crc32c(&buf[..scanned.valid_len]);
     let tail_zero = buf[scanned.valid_len..].iter().all(|&b| b == 0);
-    if content_len > committed_len {
-        let cut = content_len - committed_len;
-        if scanned.sums {
-            // Also the blocks a spool writing through a mapping reserved ahead.
-            tracing::info!(
-                journal,
-                begin,
-                end = scanned.end,
-                cut,
-                "cutting spool content past the last commit"
-            );
-        } else {
-            tracing::warn!(
-                journal,
-                begin,
-                end = scanned.end,
-                cut,
-                "cutting uncommitted spool content"
-            );
-        }
-        file.truncate(committed_len)
-            .await
-            .map_err(|e| StorageError::io("truncating", path, e.into()))?;
-    }
-    if log_len > scanned.valid_len as u64 {
-        let cut = log_len - scanned.valid_len as u64;
-        // Zeros are the room a running spool keeps ahead of its records (`map_log`).
-        if tail_zero {
-            tracing::debug!(journal, begin, cut, "cutting the commit log's room ahead");
-        } else {
-            tracing::warn!(journal, begin, cut, "cutting torn commit log tail");
-        }
-        log.truncate(scanned.valid_len as u64)
-            .await
-            .map_err(|e| StorageError::io("truncating", log_path, e.into()))?;
-    }
+    let tails = Tails {
+        journal,
+        begin,
+        content_len,
+        log_len,
+        tail_zero,
+    };
+    tails.cut(&file, &log, &names, &scanned).await?;
+    tracing::info!(
+        journal,
+        begin,
+        end = scanned.end,
+        records = scanned.records,
+        "recovered spool fragment"
+    );
+    Ok(Some(recovered(
+        journal, begin, scanned, file, log, log_crc, sum,
+    )))
+}
 
+/// Opens and reads a fragment's commit log: the file, its length and its bytes (None, 0 and
+/// nothing where the log does not exist).
+async fn read_commit_log(
+    log_path: &Path,
+) -> Result<(Option<BufferedFile>, u64, Vec<u8>), StorageError> {
+    let log = match open_rw(log_path, false).await {
+        Ok(log) => log,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0, Vec::new())),
+        Err(e) => return Err(StorageError::io("opening", log_path, e)),
+    };
+    let log_len = log
+        .file_size()
+        .await
+        .map_err(|e| StorageError::io("sizing", log_path, e.into()))?;
+    let buf = read_up_to(&log, 0, log_len as usize)
+        .await
+        .map_err(|e| StorageError::io("reading", log_path, e))?;
+    Ok((Some(log), log_len, buf))
+}
+
+/// The commits whose content is intact, with the sum of their content: the content must
+/// match the sum of the last record. Where a power loss kept records whose content never
+/// reached the disk (its blocks read as zeros), the fragment is cut back to the last record
+/// whose content is intact; None if none is.
+async fn intact_commits(
+    file: &BufferedFile,
+    path: &Path,
+    (journal, begin): (&str, i64),
+    buf: &[u8],
+    content_len: u64,
+    scanned: record::Recovered,
+) -> Result<Option<(record::Recovered, Summer)>, StorageError> {
+    let committed_len = (scanned.end - begin) as u64;
+    let sum = hash_content(file, committed_len)
+        .await
+        .map_err(|e| StorageError::io("re-hashing", path, e))?;
+    let Some(&(_, want)) = scanned.ends.last() else {
+        return Ok(Some((scanned, sum)));
+    };
+    if want == digest_of(&sum, committed_len) {
+        return Ok(Some((scanned, sum)));
+    }
+    let (keep, intact) = hash_checked(file, begin, &scanned.ends)
+        .await
+        .map_err(|e| StorageError::io("re-hashing", path, e))?;
+    let Some(kept) = record::scan_first(buf, begin, content_len, keep).filter(|s| s.records > 0)
+    else {
+        return Ok(None);
+    };
+    tracing::warn!(
+        journal,
+        begin,
+        end = scanned.end,
+        intact_end = kept.end,
+        "spool content does not match its commit records past the intact end (lost before reaching the disk): cutting"
+    );
+    Ok(Some((kept, intact)))
+}
+
+/// What a recovered fragment's files hold past its last intact commit.
+struct Tails<'a> {
+    journal: &'a str,
+    begin: i64,
+    content_len: u64,
+    log_len: u64,
+    /// The log holds only zeros past its last valid record.
+    tail_zero: bool,
+}
+
+impl Tails<'_> {
+    /// Truncates the content file and the commit log to the last intact commit.
+    async fn cut(
+        &self,
+        file: &BufferedFile,
+        log: &BufferedFile,
+        names: &FragmentFile,
+        scanned: &record::Recovered,
+    ) -> Result<(), StorageError> {
+        let (journal, begin) = (self.journal, self.begin);
+        let committed_len = (scanned.end - begin) as u64;
+        if self.content_len > committed_len {
+            let cut = self.content_len - committed_len;
+            if scanned.sums {
+                // Also the blocks a spool writing through a mapping reserved ahead.
+                tracing::info!(
+                    journal,
+                    begin,
+                    end = scanned.end,
+                    cut,
+                    "cutting spool content past the last commit"
+                );
+            } else {
+                tracing::warn!(
+                    journal,
+                    begin,
+                    end = scanned.end,
+                    cut,
+                    "cutting uncommitted spool content"
+                );
+            }
+            file.truncate(committed_len)
+                .await
+                .map_err(|e| StorageError::io("truncating", names.path(), e.into()))?;
+        }
+        if self.log_len > scanned.valid_len as u64 {
+            let cut = self.log_len - scanned.valid_len as u64;
+            // Zeros are the room a running spool keeps ahead of its records (`map_log`).
+            if self.tail_zero {
+                tracing::debug!(journal, begin, cut, "cutting the commit log's room ahead");
+            } else {
+                tracing::warn!(journal, begin, cut, "cutting torn commit log tail");
+            }
+            log.truncate(scanned.valid_len as u64)
+                .await
+                .map_err(|e| StorageError::io("truncating", names.commits_path(), e.into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The recovered fragment of `scanned`'s intact commits, whose content `sum` summed.
+fn recovered(
+    journal: &str,
+    begin: i64,
+    scanned: record::Recovered,
+    file: BufferedFile,
+    log: BufferedFile,
+    log_crc: u32,
+    sum: Summer,
+) -> RecoveredFragment {
+    let committed_len = (scanned.end - begin) as u64;
     let fragment = Fragment {
         journal: journal.to_owned(),
         begin,
@@ -242,14 +315,7 @@ pub(super) async fn recover_fragment(
         mod_time: 0,
         path_postfix: String::new(),
     };
-    tracing::info!(
-        journal,
-        begin,
-        end = scanned.end,
-        records = scanned.records,
-        "recovered spool fragment"
-    );
-    Ok(Some(RecoveredFragment {
+    RecoveredFragment {
         fragment,
         registers: scanned.registers,
         first_append_time: scanned.first_append_unix_ms.and_then(from_unix_ms),
@@ -259,7 +325,7 @@ pub(super) async fn recover_fragment(
         log_crc,
         log_sums: scanned.sums,
         sum,
-    }))
+    }
 }
 
 /// The sum a commit record holds for `len` bytes summed by `sum` (the zero sum when empty).

@@ -79,7 +79,9 @@ use bytes::Bytes;
 use glommio::io::BufferedFile;
 use sha1::Digest;
 
-use super::durable::{Failure, SyncGate};
+use futures_util::future::LocalBoxFuture;
+
+use super::failure::Failure;
 use crate::StorageError;
 use crate::fragment::{open_rw, write_all};
 
@@ -252,6 +254,17 @@ pub enum LogEvent {
 /// Told of every [`LogEvent`].
 pub type LogObserver = Box<dyn Fn(LogEvent)>;
 
+/// A spool's side of the log: what a checkpoint needs from each spool that logged a record
+/// since the previous one. The spool's sync gate ([`super::SyncGate`]) implements it; the
+/// log names only this trait, so that it does not depend on the gate's module.
+pub(crate) trait LoggedSpool {
+    /// Marks the spool as logged since the last checkpoint; true if it was not.
+    fn mark_logged(&self) -> bool;
+    /// Clears the mark, then returns a sync of the spool's own files covering everything
+    /// committed so far (taken now; the returned future only waits for it).
+    fn checkpoint(&self) -> LocalBoxFuture<'static, Result<(), StorageError>>;
+}
+
 /// A core's commit log. See the module docs.
 pub struct Wal {
     observer: Option<LogObserver>,
@@ -285,7 +298,7 @@ pub struct Wal {
     failed: RefCell<Option<Failure>>,
     waiters: RefCell<Vec<Waker>>,
     /// Gates with records since the last checkpoint started.
-    touched: RefCell<Vec<SyncGate>>,
+    touched: RefCell<Vec<Box<dyn LoggedSpool>>>,
     flushes: Cell<u64>,
     checkpoints: Cell<u64>,
     /// Test builds: open the log without `O_DIRECT`, as on a file system that refuses it.
@@ -363,14 +376,17 @@ impl Wal {
 
     /// Copies `entry` into the pending batch; returns the batch's number, or None if the
     /// entry is too large to log (the caller makes the commit a barrier instead).
-    pub(crate) fn log(self: &Rc<Self>, entry: &Entry<'_>, gate: &SyncGate) -> Option<u64> {
+    pub(crate) fn log<G>(self: &Rc<Self>, entry: &Entry<'_>, gate: &G) -> Option<u64>
+    where
+        G: LoggedSpool + Clone + 'static,
+    {
         if entry.encoded_len() > self.max_record() || entry.journal.len() > u16::MAX as usize {
             return None;
         }
         entry.encode(&mut self.pending.borrow_mut());
         self.pending_records.set(self.pending_records.get() + 1);
         if gate.mark_logged() {
-            self.touched.borrow_mut().push(gate.clone());
+            self.touched.borrow_mut().push(Box::new(gate.clone()));
         }
         if !self.flushing.replace(true) {
             glommio::spawn_local(self.clone().flush_loop()).detach();
@@ -471,7 +487,7 @@ impl Wal {
         if self.file.borrow().is_some() {
             return Ok(());
         }
-        let _op = super::in_flight::op();
+        let _op = crate::in_flight::op();
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| self.io_err("creating", e))?;
         }
@@ -595,7 +611,7 @@ impl Wal {
     /// Writes batch `number`'s parts; once they are on the device, the batch (and every
     /// batch before it that is written too) is flushed.
     async fn write_parts(self: Rc<Self>, number: u64, records: usize, parts: Vec<(u64, Part)>) {
-        let _op = super::in_flight::op();
+        let _op = crate::in_flight::op();
         let file = self.file.borrow().clone().expect("opened");
         let result = async {
             for (pos, part) in parts {
@@ -673,17 +689,9 @@ impl Wal {
         }
         // Tickets now, so that they cover every commit logged so far.
         let gates = std::mem::take(&mut *self.touched.borrow_mut());
-        let tickets: Vec<_> = gates
-            .iter()
-            .map(|gate| {
-                gate.clear_logged();
-                gate.ticket_all()
-            })
-            .collect();
+        let syncs: Vec<_> = gates.iter().map(|gate| gate.checkpoint()).collect();
         *self.checkpoint.borrow_mut() = Some(glommio::spawn_local(async move {
-            for result in
-                futures_util::future::join_all(tickets.into_iter().map(|t| t.wait())).await
-            {
+            for result in futures_util::future::join_all(syncs).await {
                 result?;
             }
             Ok(())
@@ -875,7 +883,6 @@ fn replay_fragment(
     records: &[Record],
     report: &mut ReplayReport,
 ) -> Result<(), StorageError> {
-    use std::os::unix::fs::FileExt;
     let dir = super::journal_dir(root, journal);
     let skip_all = |report: &mut ReplayReport, why: &str| {
         tracing::info!(journal, begin, why, "commit log records not replayed");
@@ -909,21 +916,60 @@ fn replay_fragment(
     let Some(scanned) = crate::record::scan(&log_buf, begin, content_len) else {
         return skip_all(report, "the fragment's commit log has no header");
     };
-    let mut end = scanned.end;
-    let mut log_len = scanned.valid_len as u64;
-    let mut log_crc = crc32c::crc32c(&log_buf[..scanned.valid_len]);
-    // The SHA-1 of [begin, end), computed only once a record needs it.
-    let mut sum: Option<sha1::Sha1> = None;
+    let mut ends = FileEnds {
+        journal,
+        begin,
+        end: scanned.end,
+        log_len: scanned.valid_len as u64,
+        log_crc: crc32c::crc32c(&log_buf[..scanned.valid_len]),
+        sum: None,
+    };
     let mut changed = false;
     for record in records {
+        changed |= ends.apply(&names, &content, &log, record, report)?;
+    }
+    if changed {
+        content
+            .sync_data()
+            .map_err(|e| io("syncing", names.path(), e))?;
+        log.sync_data()
+            .map_err(|e| io("syncing", names.commits_path(), e))?;
+    }
+    Ok(())
+}
+
+/// Where a fragment's files end during a replay: what the next record must continue.
+struct FileEnds<'a> {
+    journal: &'a str,
+    begin: i64,
+    end: i64,
+    log_len: u64,
+    log_crc: u32,
+    /// The SHA-1 of [begin, end), computed only once a record needs it.
+    sum: Option<sha1::Sha1>,
+}
+
+impl FileEnds<'_> {
+    /// Writes `record` into the fragment's files if it continues them; true if it did.
+    fn apply(
+        &mut self,
+        names: &crate::fragment::FragmentFile,
+        content: &std::fs::File,
+        log: &std::fs::File,
+        record: &Record,
+        report: &mut ReplayReport,
+    ) -> Result<bool, StorageError> {
+        use std::os::unix::fs::FileExt;
+        let io = |op, path: &Path, e| StorageError::io(op, path, e);
+        let (journal, begin, end) = (self.journal, self.begin, self.end);
         if record.to <= end {
             report.present += 1;
-            continue;
+            return Ok(false);
         }
-        let hasher = match &mut sum {
+        let hasher = match &mut self.sum {
             Some(hasher) => hasher,
-            None => sum.insert(
-                hash_prefix(&content, (end - begin) as u64)
+            None => self.sum.insert(
+                hash_prefix(content, (end - begin) as u64)
                     .map_err(|e| io("re-hashing", names.path(), e))?,
             ),
         };
@@ -933,8 +979,8 @@ fn replay_fragment(
             hasher.clone().finalize().into()
         };
         if record.from != end
-            || record.log_pos != log_len
-            || record.log_crc != log_crc
+            || record.log_pos != self.log_len
+            || record.log_crc != self.log_crc
             || record.sum_from != sum_here
         {
             tracing::warn!(
@@ -945,29 +991,21 @@ fn replay_fragment(
                 "a commit log record does not continue its fragment's files; not replayed"
             );
             report.skipped += 1;
-            continue;
+            return Ok(false);
         }
         content
             .write_all_at(&record.content, (record.from - begin) as u64)
             .map_err(|e| io("replaying into", names.path(), e))?;
-        log.set_len(log_len)
-            .and_then(|()| log.write_all_at(&record.log_bytes, log_len))
+        log.set_len(self.log_len)
+            .and_then(|()| log.write_all_at(&record.log_bytes, self.log_len))
             .map_err(|e| io("replaying into", names.commits_path(), e))?;
         hasher.update(&record.content);
-        log_crc = crc32c::crc32c_append(log_crc, &record.log_bytes);
-        log_len += record.log_bytes.len() as u64;
-        end = record.to;
+        self.log_crc = crc32c::crc32c_append(self.log_crc, &record.log_bytes);
+        self.log_len += record.log_bytes.len() as u64;
+        self.end = record.to;
         report.applied += 1;
-        changed = true;
+        Ok(true)
     }
-    if changed {
-        content
-            .sync_data()
-            .map_err(|e| io("syncing", names.path(), e))?;
-        log.sync_data()
-            .map_err(|e| io("syncing", names.commits_path(), e))?;
-    }
-    Ok(())
 }
 
 /// SHA-1 of the first `len` bytes of `file`.
