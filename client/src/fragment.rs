@@ -8,7 +8,7 @@
 
 use crate::Error;
 use crate::client::Client;
-use crate::codec::Decompressor;
+use protocol::codec::Decompressor;
 use bytes::{Bytes, BytesMut};
 use protocol::{CompressionCodec, Fragment};
 use std::path::{Component, Path, PathBuf};
@@ -87,7 +87,7 @@ pub(crate) async fn open(
     } else {
         return Err(fail("unsupported URL scheme".into(), false));
     };
-    let dec = Decompressor::new(codec, gzip_encoded).map_err(|d| fail(d, false))?;
+    let dec = Decompressor::new(codec, gzip_encoded).map_err(|d| fail(d.to_string(), false))?;
     Ok(Opened::Reader(Box::new(FragmentReader {
         journal: journal.to_string(),
         fragment: fragment.clone(),
@@ -213,13 +213,13 @@ impl FragmentReader {
         let mut out = Vec::new();
         while !self.done {
             if self.raw.is_empty() && !self.fill().await? {
-                self.dec.finish(&mut out).map_err(|d| self.fail(d, true))?;
+                self.dec.finish(&mut out).map_err(|d| self.fail(d.to_string(), true))?;
                 self.done = true;
             } else {
                 let piece = self.raw.split_to(self.raw.len().min(RAW_PIECE));
                 self.dec
                     .push(&piece, &mut out)
-                    .map_err(|d| self.fail(d, true))?;
+                    .map_err(|d| self.fail(d.to_string(), true))?;
             }
             if let Some(chunk) = self.take(&mut out)? {
                 return Ok(Some(chunk));

@@ -18,7 +18,6 @@
 mod append;
 pub mod append_service;
 pub mod client;
-mod codec;
 pub mod endpoint;
 pub mod error;
 mod fragment;

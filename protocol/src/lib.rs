@@ -10,6 +10,7 @@ mod generated {
 }
 pub use generated::*;
 
+pub mod codec;
 pub mod flags;
 pub mod grpc;
 mod label_lookup;

@@ -37,9 +37,6 @@ pub enum StorageError {
     /// name (listings skip such objects with a log line).
     #[error("not a fragment name ({name}): {reason}")]
     InvalidName { name: String, reason: String },
-    /// Compressed fragment content that does not decode.
-    #[error("decompressing {codec}: {reason}")]
-    Codec { codec: &'static str, reason: String },
 }
 
 impl StorageError {

@@ -18,7 +18,7 @@
 //! See `README.md` beside this crate for the on-disk layout and the recovery
 //! rules.
 
-pub mod codec;
+pub use protocol::codec;
 mod cover_set;
 mod error;
 pub mod fragment;

@@ -22,9 +22,17 @@
 
 use std::io::{self, Read, Write};
 
-use protocol::CompressionCodec;
+use crate::CompressionCodec;
 
-use crate::StorageError;
+/// A fragment that its codec cannot decode (corrupt, truncated, or an invalid codec).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("decompressing {codec}: {reason}")]
+pub struct CodecError {
+    /// The codec's protobuf enum name.
+    pub codec: &'static str,
+    /// What was wrong with the bytes.
+    pub reason: String,
+}
 
 /// Input is fed to decoders at most this many bytes at a time: a gzip or
 /// zstd piece of this size expands to at most a few MiB.
@@ -91,7 +99,7 @@ impl Decompressor {
     /// A decompressor for `codec`. `gzip_encoded` says whether an object of
     /// GZIP_OFFLOAD_DECOMPRESSION arrives still gzip-encoded (the store did
     /// not decompress it); other codecs ignore it.
-    pub fn new(codec: CompressionCodec, gzip_encoded: bool) -> Result<Self, StorageError> {
+    pub fn new(codec: CompressionCodec, gzip_encoded: bool) -> Result<Self, CodecError> {
         let inner = match codec {
             CompressionCodec::None => Inner::Identity,
             CompressionCodec::GzipOffloadDecompression if !gzip_encoded => Inner::Identity,
@@ -113,7 +121,7 @@ impl Decompressor {
     /// Decompresses `input`, appending what it yields to `out` (which may be
     /// less than `input` holds: decoders keep partial blocks for the next
     /// push).
-    pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), StorageError> {
+    pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
         let codec = self.codec;
         let err = |e: io::Error| codec_err(codec, e.to_string());
         match &mut self.inner {
@@ -138,7 +146,7 @@ impl Decompressor {
 
     /// Ends the stream: flushes what decoders hold, and fails if the input
     /// stopped inside a block or frame.
-    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), StorageError> {
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), CodecError> {
         let codec = self.codec;
         let err = |e: io::Error| codec_err(codec, e.to_string());
         match &mut self.inner {
@@ -161,8 +169,8 @@ impl Decompressor {
     }
 }
 
-fn codec_err(codec: CompressionCodec, reason: String) -> StorageError {
-    StorageError::Codec {
+fn codec_err(codec: CompressionCodec, reason: String) -> CodecError {
+    CodecError {
         codec: codec.as_str_name(),
         reason,
     }
@@ -173,7 +181,7 @@ pub fn decompress(
     codec: CompressionCodec,
     gzip_encoded: bool,
     content: &[u8],
-) -> Result<Vec<u8>, StorageError> {
+) -> Result<Vec<u8>, CodecError> {
     let mut dec = Decompressor::new(codec, gzip_encoded)?;
     let mut out = Vec::new();
     dec.push(content, &mut out)?;
@@ -299,7 +307,7 @@ mod tests {
     }
 
     /// Decompresses by pushing `piece`-sized chunks.
-    fn pushed(codec: CompressionCodec, data: &[u8], piece: usize) -> Result<Vec<u8>, StorageError> {
+    fn pushed(codec: CompressionCodec, data: &[u8], piece: usize) -> Result<Vec<u8>, CodecError> {
         let mut dec = Decompressor::new(codec, true)?;
         let mut out = Vec::new();
         for chunk in data.chunks(piece.max(1)) {
