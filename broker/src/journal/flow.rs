@@ -10,7 +10,7 @@
 //!   a smaller, non-zero `--broker.max-append-rate`), starting with one second of burst and
 //!   banking up to ten seconds.
 
-use crate::journal::call::CallIn;
+use crate::core::call::CallIn;
 use futures_lite::future;
 use protocol::AppendRequest;
 use protocol::grpc::RpcError;

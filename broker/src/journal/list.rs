@@ -5,8 +5,8 @@
 
 use crate::auth::Claims;
 use crate::control::keyspace::{Compare, Op, Snapshot, item_key};
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
 use crate::journal::routing::resolver;
 use prost::Message;
 use protocol::grpc::RpcError;

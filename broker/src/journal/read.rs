@@ -3,8 +3,9 @@
 //! Lives on: the journal's owner core. Index borrows are taken and released between awaits;
 //! content is read from fragment files through io_uring.
 
-use crate::journal::call::CallOut;
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::CallOut;
+use crate::journal::journals::Journals;
 use crate::journal::routing::resolver::{self, Args};
 use bytes::Bytes;
 use protocol::grpc::RpcError;
@@ -34,7 +35,12 @@ fn now_unix() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Result<(), RpcError> {
+pub async fn read(
+    journals: &Rc<Journals>,
+    req: ReadRequest,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
+    let core = &journals.core;
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let res = resolver::resolve(
@@ -82,7 +88,7 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         )
         .await;
     }
-    let replica = core.replica(&res.journal).await?;
+    let replica = journals.replica(&res.journal).await?;
     crate::metrics::read_started(&res.journal);
     let mut offset = req.offset;
     // Courant waits for the first listing of the journal's stores before serving, so that
@@ -325,10 +331,11 @@ async fn stream_persisted(
 const DEFAULT_PAGE_LIMIT: i32 = 1000;
 
 pub async fn list_fragments(
-    core: &Rc<Core>,
+    journals: &Rc<Journals>,
     req: FragmentsRequest,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
+    let core = &journals.core;
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let res = resolver::resolve(
@@ -370,7 +377,7 @@ pub async fn list_fragments(
         )
         .await;
     }
-    let replica = core.replica(&res.journal).await?;
+    let replica = journals.replica(&res.journal).await?;
     let limit = if req.page_limit == 0 {
         DEFAULT_PAGE_LIMIT
     } else {

@@ -7,8 +7,9 @@
 //! Route differ from the primary's (new members or a new primary) ends the wait with
 //! WRONG_ROUTE or the stream with an error: a deposed primary can never keep writing here.
 
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
+use crate::journal::journals::Journals;
 use crate::journal::replica::Replica;
 use crate::journal::routing::resolver::{self, Args};
 use futures_lite::future;
@@ -20,11 +21,12 @@ use std::rc::Rc;
 use storage::spool::{ContentError, Spool};
 
 pub async fn replicate(
-    core: &Rc<Core>,
+    journals: &Rc<Journals>,
     first: ReplicateRequest,
     input: &mut CallIn,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
+    let core = &journals.core;
     first
         .validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
@@ -59,7 +61,7 @@ pub async fn replicate(
         ) {
             return respond(out, Status::WrongRoute, Some(res.header)).await;
         }
-        slot = Some(core.replica(&res.journal).await?);
+        slot = Some(journals.replica(&res.journal).await?);
         let replica = slot.as_ref().expect("just set");
         let mut changes = core.keyspace.subscribe();
         changes.borrow_and_update();

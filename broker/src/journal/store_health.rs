@@ -9,7 +9,7 @@ use crate::control::stores::STORE_HEALTH_CHECK_RETRIES;
 /// once if healthy; else wait for each next check, and give up after
 /// [`STORE_HEALTH_CHECK_RETRIES`] failed ones (at once for a store that cannot be built).
 /// `Err` carries the `store_health_error` text. Lives on: the journal's owner core.
-pub async fn await_healthy(core: &crate::journal::core::Core, url: &str) -> Result<(), String> {
+pub async fn await_healthy(core: &crate::core::Core, url: &str) -> Result<(), String> {
     let mut rx = core
         .stores
         .health(url)
@@ -34,9 +34,9 @@ pub async fn await_healthy(core: &crate::journal::core::Core, url: &str) -> Resu
 /// The FragmentStoreHealth RPC: the store's last health check (waiting for the first), and
 /// with `check_delete`, a PUT and DELETE probe. Lives on: the accepting core.
 pub async fn health_rpc(
-    core: &std::rc::Rc<crate::journal::core::Core>,
-    input: &mut crate::journal::call::CallIn,
-    out: &mut crate::journal::call::CallOut,
+    core: &std::rc::Rc<crate::core::Core>,
+    input: &mut crate::core::call::CallIn,
+    out: &mut crate::core::call::CallOut,
 ) -> Result<(), protocol::grpc::RpcError> {
     use protocol::grpc::RpcError;
     use protocol::validate::Validate;

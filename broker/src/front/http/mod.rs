@@ -5,7 +5,7 @@
 //! sniffs each connection's first bytes: the HTTP/2 preface goes to gRPC, anything else
 //! comes here with the bytes already read. Journal-scoped work (the gateway's Read and
 //! Append) runs on the journal's owner core through the same calls gRPC uses
-//! ([`crate::journal::core::Core::start_journal_call`]).
+//! ([`crate::core::Core::start_journal_call`]).
 //!
 //! Every connection is bounded in time and memory, so a slow or malformed client costs
 //! only its own connection: a head must arrive whole within [`HEAD_TIMEOUT`] and fit in
@@ -18,7 +18,7 @@ pub mod json;
 pub mod parse;
 pub mod v1;
 
-use crate::journal::core::Core;
+use crate::core::Core;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 use parse::{BodyKind, Head, ParseError};

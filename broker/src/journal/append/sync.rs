@@ -6,7 +6,7 @@
 
 use super::Held;
 use super::validate::{codec_of, maybe_roll};
-use crate::journal::core::Core;
+use crate::core::Core;
 use crate::journal::pipeline::{Pipeline, Synced};
 use crate::journal::replica::Replica;
 use crate::journal::routing::resolver;

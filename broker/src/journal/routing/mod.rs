@@ -4,6 +4,5 @@
 //! Lives on: every core (each keeps its own peer connections; resolution reads the core's
 //! keyspace snapshot).
 
-pub mod peer;
 pub mod proxy;
 pub mod resolver;

@@ -14,7 +14,7 @@
 //! Route, which Gazette's Go clients retry against directly.
 
 use crate::control::keyspace::Snapshot;
-use crate::journal::core::Core;
+use crate::core::Core;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::{Header, JournalSpec, Route, Status};

@@ -5,8 +5,8 @@
 //! endpoint, shared by every call this core makes to that peer. A connection whose driver
 //! ends (the peer died, reset, or closed it) leaves the cache, and the next call dials again.
 
+use crate::core::Core;
 use crate::io::Io;
-use crate::journal::core::Core;
 use protocol::grpc::{Channel, RpcError};
 use std::cell::RefCell;
 use std::collections::HashMap;
