@@ -36,41 +36,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
     let _port_claim = crate::guards::claim_port(&cfg.bind, cfg.port)?;
     replay_commit_logs(&cfg.data_dir)?;
 
-    let member_id =
-        crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
-    // An empty address (e.g. `address =` in an INI file) also means the embedded mode.
-    let backend = match cfg.etcd_address.as_ref().filter(|a| !a.trim().is_empty()) {
-        None => KeySpaceBackend::Embedded(Box::new(Embedded::open(
-            &cfg.data_dir.join("keyspace"),
-            &cfg.etcd_prefix,
-            member_id,
-        )?)),
-        Some(address) => {
-            let member = protocol::BrokerSpec {
-                process_spec: Some(protocol::ProcessSpec {
-                    id: Some(process_id.clone()),
-                    endpoint: cfg.endpoint(),
-                }),
-                journal_limit: cfg.limit,
-                exiting: false,
-            };
-            member
-                .validate()
-                .map_err(|e| format!("invalid broker spec to announce: {e}"))?;
-            KeySpaceBackend::Etcd(crate::control::keyspace::etcd::Config {
-                address: address.clone(),
-                root: cfg.etcd_prefix.clone(),
-                lease_ttl: cfg.etcd_lease,
-                member,
-                watch_delay: cfg.watch_delay,
-                tls: Box::new(crate::control::keyspace::etcd::EtcdTls {
-                    cert_file: cfg.etcd_cert_file.clone(),
-                    key_file: cfg.etcd_cert_key_file.clone(),
-                    ca_file: cfg.etcd_trusted_ca_file.clone(),
-                }),
-            })
-        }
-    };
+    let backend = keyspace_backend(&cfg, &process_id)?;
     // Every core's listener is bound and listening before any executor starts, so a port in
     // use is reported at once, and no connection can reach the port before every core can
     // take its share of them; and before the member key is announced, so that peers which
@@ -135,35 +101,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
                     syncs,
                     owners: crate::core::owners::CoreOwners::new(owners),
                 });
-                let journals = Rc::new(Journals::new(core.clone()));
-                crate::metrics::register_core(index);
-                glommio::spawn_local(name_blocking_thread(index)).detach();
-                glommio::spawn_local(crate::metrics::sample_executor()).detach();
-                glommio::spawn_local(crate::front::dispatch::serve_inbox(journals.clone(), inbox))
-                    .detach();
-                glommio::spawn_local(journals.clone().watch_keyspace()).detach();
-                glommio::spawn_local(close_on_shutdown(journals.clone())).detach();
-                glommio::spawn_local(crate::journal::pulse::run(journals.clone())).detach();
-                if index == 0 && core.keyspace.current().cluster {
-                    // The allocator runs on every broker; only the leader acts.
-                    glommio::spawn_local(crate::cluster::allocator::run(
-                        core.keyspace.clone(),
-                        core.cfg.etcd_prefix.clone(),
-                        (core.process_id.zone.clone(), core.process_id.suffix.clone()),
-                        core.cfg.max_replication.max(0) as u32,
-                    ))
-                    .detach();
-                }
-                if index == 0
-                    && let Some(port) = core.cfg.debug_port
-                {
-                    glommio::spawn_local(crate::front::server::debug_accept_loop(
-                        journals.clone(),
-                        port,
-                    ))
-                    .detach();
-                }
-                crate::front::server::accept_loop(journals, tls, listener).await;
+                serve_core(core, inbox, tls, listener).await;
             })
             .map_err(|e| format!("starting executor {index}: {e}"))?;
         handles.push(handle);
@@ -179,6 +117,89 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         h.join().map_err(|e| format!("executor failed: {e}"))?;
     }
     Ok(())
+}
+
+/// The keyspace this broker serves from: etcd at `--etcd.address`, announcing this broker
+/// as a member, or (without one) the embedded keyspace under the data directory.
+fn keyspace_backend(cfg: &ServeConfig, process_id: &Id) -> Result<KeySpaceBackend, String> {
+    use protocol::validate::Validate;
+    let member_id =
+        crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
+    // An empty address (e.g. `address =` in an INI file) also means the embedded mode.
+    Ok(
+        match cfg.etcd_address.as_ref().filter(|a| !a.trim().is_empty()) {
+            None => KeySpaceBackend::Embedded(Box::new(Embedded::open(
+                &cfg.data_dir.join("keyspace"),
+                &cfg.etcd_prefix,
+                member_id,
+            )?)),
+            Some(address) => {
+                let member = protocol::BrokerSpec {
+                    process_spec: Some(protocol::ProcessSpec {
+                        id: Some(process_id.clone()),
+                        endpoint: cfg.endpoint(),
+                    }),
+                    journal_limit: cfg.limit,
+                    exiting: false,
+                };
+                member
+                    .validate()
+                    .map_err(|e| format!("invalid broker spec to announce: {e}"))?;
+                KeySpaceBackend::Etcd(crate::control::keyspace::etcd::Config {
+                    address: address.clone(),
+                    root: cfg.etcd_prefix.clone(),
+                    lease_ttl: cfg.etcd_lease,
+                    member,
+                    watch_delay: cfg.watch_delay,
+                    tls: Box::new(crate::control::keyspace::etcd::EtcdTls {
+                        cert_file: cfg.etcd_cert_file.clone(),
+                        key_file: cfg.etcd_cert_key_file.clone(),
+                        ca_file: cfg.etcd_trusted_ca_file.clone(),
+                    }),
+                })
+            }
+        },
+    )
+}
+
+/// Runs core `core.index`: its journals, its tasks (the inbox of forwarded calls, the
+/// keyspace watch, the shutdown's close, pulses, the allocator and debug port on core 0),
+/// then its accept loop, until shutdown.
+async fn serve_core(
+    core: Rc<Core>,
+    inbox: flume::Receiver<CoreMsg>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    listener: std::os::fd::OwnedFd,
+) {
+    let index = core.index;
+    let journals = Rc::new(Journals::new(core.clone()));
+    crate::metrics::register_core(index);
+    glommio::spawn_local(name_blocking_thread(index)).detach();
+    glommio::spawn_local(crate::metrics::sample_executor()).detach();
+    glommio::spawn_local(crate::front::dispatch::serve_inbox(journals.clone(), inbox)).detach();
+    glommio::spawn_local(journals.clone().watch_keyspace()).detach();
+    glommio::spawn_local(close_on_shutdown(journals.clone())).detach();
+    glommio::spawn_local(crate::journal::pulse::run(journals.clone())).detach();
+    if index == 0 && core.keyspace.current().cluster {
+        // The allocator runs on every broker; only the leader acts.
+        glommio::spawn_local(crate::cluster::allocator::run(
+            core.keyspace.clone(),
+            core.cfg.etcd_prefix.clone(),
+            (core.process_id.zone.clone(), core.process_id.suffix.clone()),
+            core.cfg.max_replication.max(0) as u32,
+        ))
+        .detach();
+    }
+    if index == 0
+        && let Some(port) = core.cfg.debug_port
+    {
+        glommio::spawn_local(crate::front::server::debug_accept_loop(
+            journals.clone(),
+            port,
+        ))
+        .detach();
+    }
+    crate::front::server::accept_loop(journals, tls, listener).await;
 }
 
 /// Replays the commit logs of durable mode into the spools under `data_dir` (blocking; at

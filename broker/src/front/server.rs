@@ -121,11 +121,7 @@ async fn sniff<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(bool, BytesMut)>
             }
         }
     };
-    let is_h2 = future::or(read, async {
-        glommio::timer::sleep(SNIFF_TIMEOUT).await;
-        None
-    })
-    .await?;
+    let is_h2 = crate::time::within(SNIFF_TIMEOUT, read, || None).await?;
     Some((is_h2, buf))
 }
 
@@ -138,10 +134,11 @@ async fn serve_connection(
         return serve_stream(journals, stream).await;
     };
     // A peer that never finishes its TLS handshake must not hold a connection forever.
-    let accepted = future::or(async { Some(acceptor.accept(stream).await) }, async {
-        glommio::timer::sleep(SNIFF_TIMEOUT).await;
-        None
-    })
+    let accepted = crate::time::within(
+        SNIFF_TIMEOUT,
+        async { Some(acceptor.accept(stream).await) },
+        || None,
+    )
     .await;
     let stream = match accepted {
         Some(Ok(stream)) => stream,
@@ -189,8 +186,12 @@ where
     serve_h2(journals, io).await
 }
 
-/// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
-async fn serve_h2<S>(journals: Rc<Journals>, io: Rewind<S>)
+/// The server side of an HTTP/2 connection's handshake, with Courant's windows and limits;
+/// `None` if it failed or the peer did not complete the preface within
+/// [`H2_HANDSHAKE_TIMEOUT`] (it must not hold a connection forever).
+async fn h2_handshake<S>(
+    io: Rewind<S>,
+) -> Option<h2::server::Connection<crate::io::Io<Rewind<S>>, bytes::Bytes>>
 where
     S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
 {
@@ -205,19 +206,29 @@ where
         .max_header_list_size(64 << 10)
         .max_send_buffer_size(1 << 20)
         .handshake::<_, bytes::Bytes>(io);
-    // A peer that never completes the HTTP/2 preface must not hold a connection forever.
-    let conn = future::or(async { Some(handshake.await) }, async {
-        glommio::timer::sleep(H2_HANDSHAKE_TIMEOUT).await;
-        None
-    })
+    let conn = crate::time::within(
+        H2_HANDSHAKE_TIMEOUT,
+        async { Some(handshake.await) },
+        || None,
+    )
     .await;
-    let mut conn = match conn {
-        Some(Ok(conn)) => conn,
+    match conn {
+        Some(Ok(conn)) => Some(conn),
         Some(Err(err)) => {
             tracing::debug!(%err, "HTTP/2 handshake failed");
-            return;
+            None
         }
-        None => return,
+        None => None,
+    }
+}
+
+/// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
+async fn serve_h2<S>(journals: Rc<Journals>, io: Rewind<S>)
+where
+    S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
+{
+    let Some(mut conn) = h2_handshake(io).await else {
+        return;
     };
     let max_recv = journals.core.cfg.max_grpc_recv_size;
     let mut stage = crate::shutdown::subscribe();
