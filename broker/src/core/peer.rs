@@ -181,13 +181,12 @@ impl Core {
             let stream = crate::tls::peer_stream(stream, &addr, secure).await?;
             Channel::handshake(Io(stream), &addr).await
         };
-        let timeout = async {
-            glommio::timer::sleep(DIAL_TIMEOUT).await;
+        let (channel, conn) = crate::time::within(DIAL_TIMEOUT, dial, || {
             Err(RpcError::unavailable(format!(
                 "dialing peer {endpoint}: timed out after {DIAL_TIMEOUT:?}"
             )))
-        };
-        let (channel, conn) = futures_lite::future::or(dial, timeout).await?;
+        })
+        .await?;
         // Another task may have dialed meanwhile: keep the first, drop ours.
         if let Some((_, ch)) = self.peer_channels.conns.borrow().get(endpoint) {
             return Ok(ch.clone());

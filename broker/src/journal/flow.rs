@@ -11,7 +11,6 @@
 //!   banking up to ten seconds.
 
 use crate::core::call::CallIn;
-use futures_lite::future;
 use protocol::AppendRequest;
 use protocol::grpc::RpcError;
 use std::time::{Duration, Instant};
@@ -51,8 +50,7 @@ impl MinRate {
         }
         self.drain(Instant::now());
         let left = Duration::from_secs_f64((self.credit / self.rate).max(0.0));
-        future::or(input.next(), async move {
-            glommio::timer::sleep(left).await;
+        crate::time::within(left, input.next(), || {
             Err(RpcError::unknown(
                 "client stream didn't sustain the minimum append data rate",
             ))

@@ -100,11 +100,8 @@ pub async fn run(journals: Rc<Journals>) {
         // Wake on the next keyspace change, to pulse idle journals, or when an unplaced
         // journal's grace ends.
         let wait = next_wake(&state.borrow(), Instant::now());
-        let changed = futures_lite::future::or(async { rx.changed().await.is_ok() }, async {
-            glommio::timer::sleep(wait).await;
-            true
-        })
-        .await;
+        let changed =
+            crate::time::within(wait, async { rx.changed().await.is_ok() }, || true).await;
         if !changed {
             return;
         }
@@ -184,10 +181,11 @@ async fn pulse(
         next_ticks(prev, st.last.get(&journal), &route)
     };
     let suspend = pulse_suspend(journals.core.cfg.auto_suspend, ticks);
-    let outcome = futures_lite::future::or(pulse_once(&journals, &journal, suspend), async {
-        glommio::timer::sleep(PULSE_TIMEOUT).await;
-        Err("timed out".to_string())
-    })
+    let outcome = crate::time::within(
+        PULSE_TIMEOUT,
+        pulse_once(&journals, &journal, suspend),
+        || Err("timed out".to_string()),
+    )
     .await;
     match outcome {
         Ok(
