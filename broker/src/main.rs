@@ -1,7 +1,7 @@
 //! `courant`: the Courant broker binary.
 //!
 //! Lives on: the main thread, which parses the command line and hands over to
-//! `front::server::run`.
+//! `start::run`.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use courant_broker::config::{self, ini};

@@ -177,11 +177,7 @@ pub async fn apply(
         }
         ops.push(op);
     }
-    let outcome = core
-        .keyspace
-        .txn(compares, ops)
-        .await
-        .map_err(RpcError::unknown)?;
+    let outcome = core.keyspace.txn(compares, ops).await?;
     let snapshot = if outcome.succeeded {
         core.keyspace.wait_for(outcome.revision).await
     } else {

@@ -270,12 +270,7 @@ fn is_persisted(f: &Fragment) -> bool {
 }
 
 async fn sign_one(core: &Rc<Core>, f: &Fragment, ttl: Duration) -> Result<String, RpcError> {
-    let signed = core
-        .stores
-        .handle
-        .sign(vec![f.clone()], ttl)
-        .await
-        .map_err(RpcError::unknown)?;
+    let signed = core.stores.handle.sign(vec![f.clone()], ttl).await?;
     signed
         .into_iter()
         .next()
@@ -312,7 +307,7 @@ async fn stream_persisted(
         .handle
         .open(fragment.clone())
         .await
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
     let codec =
         CompressionCodec::try_from(fragment.compression_codec).unwrap_or(CompressionCodec::None);
     let mut decoder =
@@ -475,12 +470,7 @@ async fn sign_page(
         .iter()
         .filter_map(|&i| resp.fragments[i].spec.clone())
         .collect();
-    let signed = core
-        .stores
-        .handle
-        .sign(specs, ttl)
-        .await
-        .map_err(RpcError::unknown)?;
+    let signed = core.stores.handle.sign(specs, ttl).await?;
     for (i, url) in persisted.into_iter().zip(signed) {
         resp.fragments[i].signed_url =
             url.map_err(|e| RpcError::unknown(format!("signing fragment URL: {e}")))?;

@@ -48,11 +48,7 @@ pub async fn health_rpc(
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let header = crate::journal::routing::resolver::unrouted_header(core, &core.keyspace.current());
-    let mut rx = core
-        .stores
-        .health(&req.fragment_store)
-        .await
-        .map_err(RpcError::unknown)?;
+    let mut rx = core.stores.health(&req.fragment_store).await?;
     let mut health = rx.borrow_and_update().clone();
     if health.checks == 0 && rx.changed().await.is_ok() {
         health = rx.borrow_and_update().clone();
@@ -73,7 +69,7 @@ pub async fn health_rpc(
             .await
     {
         resp.status = Status::FragmentStoreUnhealthy as i32;
-        resp.store_health_error = error;
+        resp.store_health_error = error.to_string();
     }
     out.send(&resp).await
 }

@@ -5,7 +5,7 @@
 //! sniffs each connection's first bytes: the HTTP/2 preface goes to gRPC, anything else
 //! comes here with the bytes already read. Journal-scoped work (the gateway's Read and
 //! Append) runs on the journal's owner core through the same calls gRPC uses
-//! ([`crate::core::Core::start_journal_call`]).
+//! ([`crate::front::dispatch::start_journal_call`]).
 //!
 //! Every connection is bounded in time and memory, so a slow or malformed client costs
 //! only its own connection: a head must arrive whole within [`HEAD_TIMEOUT`] and fit in

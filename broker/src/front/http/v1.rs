@@ -3,7 +3,7 @@
 //! `gogo/gateway.JSONPb{EmitDefaults: true}` and `DefaultHTTPProtoErrorHandler`).
 //!
 //! Lives on: the accepting core. List runs on this core (as a gRPC List does); Read runs on
-//! the journal's owner core through [`Core::start_journal_call`]. Unlike the `/` gateway,
+//! the journal's owner core through [`crate::front::dispatch::start_journal_call`]. Unlike the `/` gateway,
 //! these routes are gated by the caller's `Authorization` header, which grpc-gateway
 //! forwards to the broker as gRPC metadata.
 //!
@@ -77,7 +77,7 @@ async fn start(
     rpc: Rpc,
     first: Result<protocol::ReadRequest, protocol::ListRequest>,
 ) -> Result<Started, RpcError> {
-    // grpc-gateway forwards `Authorization` as metadata; verify it as `Core::dispatch` does.
+    // grpc-gateway forwards `Authorization` as metadata; verify it as `front::dispatch::dispatch` does.
     let mut metadata = http::HeaderMap::new();
     if let Some(value) = ex.head.header("authorization")
         && let Ok(value) = http::HeaderValue::from_str(value)

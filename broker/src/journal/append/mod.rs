@@ -461,7 +461,7 @@ impl Driver<'_> {
 
     async fn respond(&mut self, reply: &Reply) -> Event {
         // The reply is the call's last message: its header is taken, not copied, unless
-        // the resolution is shared (`Core::resolved`).
+        // the resolution is shared (`Journals::resolved`).
         let header = match self.res.as_mut() {
             Some(res) => match Rc::get_mut(res) {
                 Some(res) => std::mem::take(&mut res.header),

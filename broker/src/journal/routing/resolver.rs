@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// and forgets them all at the next snapshot, so it is bounded by the journals the
 /// keyspace assigns here.
 ///
-/// Lives on: its core (`Core::resolved`).
+/// Lives on: its core (`Journals::resolved`).
 #[derive(Default)]
 pub struct Resolved {
     cached: RefCell<Option<Kept>>,
