@@ -11,9 +11,41 @@
 //! * [`validate_append`]: an Append naming journal `""` answers the invalid-name error
 //!   Read answers, not JOURNAL_NOT_FOUND.
 //!
+//! * [`BrokerError`]: a failure inside the broker as its layers report it to each other
+//!   (now: the control thread's answers to the cores); `From<BrokerError> for RpcError` is
+//!   the one place where each kind becomes a gRPC status.
+//!
 //! Lives on: pure functions, called on whichever core handles the call.
 
 use protocol::grpc::{Code, RpcError};
+
+/// A failure inside the broker, as one layer reports it to another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrokerError {
+    /// The control thread is gone (the process is exiting): nothing reached it.
+    #[error("the control thread has stopped")]
+    ControlStopped,
+    /// The control thread took a request but dropped it without an answer.
+    #[error("the control thread dropped a {0}")]
+    ControlDropped(&'static str),
+    /// The keyspace or a fragment store refused or failed the request: its own message,
+    /// which names the key, journal or store.
+    #[error("{0}")]
+    Control(String),
+}
+
+impl From<BrokerError> for RpcError {
+    /// Every control-thread failure answers UNKNOWN with its message, as Gazette's broker
+    /// answers an etcd or store error it does not recognise.
+    fn from(err: BrokerError) -> RpcError {
+        match err {
+            BrokerError::ControlStopped | BrokerError::ControlDropped(_) => {
+                RpcError::unknown(err.to_string())
+            }
+            BrokerError::Control(message) => RpcError::unknown(message),
+        }
+    }
+}
 use storage::StorageError;
 
 /// The OS-level cause of an I/O error, without paths: the innermost `io::Error` that has
@@ -101,6 +133,29 @@ pub fn validate_append(req: &protocol::AppendRequest) -> Result<(), RpcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_failures_answer_unknown_with_their_message() {
+        let cases = [
+            (
+                BrokerError::ControlStopped,
+                "the control thread has stopped",
+            ),
+            (
+                BrokerError::ControlDropped("keyspace transaction"),
+                "the control thread dropped a keyspace transaction",
+            ),
+            (
+                BrokerError::Control("etcd: request timed out".into()),
+                "etcd: request timed out",
+            ),
+        ];
+        for (err, message) in cases {
+            assert_eq!(err.to_string(), message);
+            let rpc = RpcError::from(err);
+            assert_eq!((rpc.code, rpc.message.as_str()), (Code::Unknown, message));
+        }
+    }
 
     #[test]
     fn a_full_disk_answers_without_paths_or_fds() {

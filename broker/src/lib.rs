@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod control;
+pub mod core;
 pub mod errors;
 pub mod front;
 pub mod guards;
@@ -19,4 +20,6 @@ pub mod mutation;
 pub mod shutdown;
 #[cfg(test)]
 mod sim;
+pub mod start;
+pub mod time;
 pub mod tls;

@@ -1,11 +1,11 @@
 //! `courant`: the Courant broker binary.
 //!
 //! Lives on: the main thread, which parses the command line and hands over to
-//! `front::server::run`.
+//! `start::run`.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use courant_broker::config::{self, ini};
-use courant_broker::front::server;
+use courant_broker::start;
 
 #[derive(Parser)]
 #[command(
@@ -63,7 +63,7 @@ fn main() {
         }
         Command::Serve(cfg) => {
             init_logging(&cfg.log_level, &cfg.log_format);
-            if let Err(err) = server::run(*cfg) {
+            if let Err(err) = start::run(*cfg) {
                 eprintln!("courant serve: {err}");
                 std::process::exit(1);
             }

@@ -359,9 +359,19 @@ pub fn render() -> String {
     let cores: Vec<Arc<CoreMetrics>> = REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut out = String::with_capacity(4096);
 
+    render_operations(&mut out, &cores);
+    render_cores(&mut out, &cores);
+    render_core_totals(&mut out, &cores);
+    render_journals(&mut out, &cores);
+    stores::render(&mut out);
+    out
+}
+
+/// The RPC families: Gazette's, per operation and summed over cores.
+fn render_operations(out: &mut String, cores: &[Arc<CoreMetrics>]) {
     // Per operation, summed over cores (Gazette's names), then per core (Courant's).
     family(
-        &mut out,
+        out,
         "gazette_journal_server_started_totals",
         "counter",
         "Total number of started JournalServer RPC invocations, by operation.",
@@ -376,14 +386,14 @@ pub fn render() -> String {
     for (i, op) in rpcs() {
         let n: u64 = cores.iter().map(|c| c.started[i].load(Relaxed)).sum();
         sample(
-            &mut out,
+            out,
             "gazette_journal_server_started_totals",
             &[("operation", op)],
             n,
         );
     }
     family(
-        &mut out,
+        out,
         "gazette_journal_server_completed_totals",
         "counter",
         "Total number of completed JournalServer RPC invocations, by operation & response status.",
@@ -392,26 +402,25 @@ pub fn render() -> String {
         let ok: u64 = cores.iter().map(|c| c.completed_ok[i].load(Relaxed)).sum();
         let err: u64 = cores.iter().map(|c| c.completed_err[i].load(Relaxed)).sum();
         let name = "gazette_journal_server_completed_totals";
-        sample(&mut out, name, &[("operation", op), ("status", "ok")], ok);
-        sample(
-            &mut out,
-            name,
-            &[("operation", op), ("status", "<error>")],
-            err,
-        );
+        sample(out, name, &[("operation", op), ("status", "ok")], ok);
+        sample(out, name, &[("operation", op), ("status", "<error>")], err);
     }
+}
+
+/// Courant's per-core families: RPCs, busy time, cross-core messages, tasks...
+fn render_cores(out: &mut String, cores: &[Arc<CoreMetrics>]) {
     family(
-        &mut out,
+        out,
         "courant_core_rpcs_total",
         "counter",
         "RPCs (and HTTP requests) started on each core, by operation.",
     );
-    for c in &cores {
+    for c in cores {
         let core = c.core.to_string();
         for (i, op) in OPERATIONS.iter().enumerate() {
             let n = c.started[i].load(Relaxed);
             sample(
-                &mut out,
+                out,
                 "courant_core_rpcs_total",
                 &[("core", &core), ("operation", op)],
                 n,
@@ -420,13 +429,13 @@ pub fn render() -> String {
     }
 
     family(
-        &mut out,
+        out,
         "courant_core_busy_seconds_total",
         "counter",
         "Time each core's executor spent running tasks and polling I/O (its utilisation is \
          the rate of this counter), sampled each second.",
     );
-    for c in &cores {
+    for c in cores {
         let busy = c.busy_ns.load(Relaxed) as f64 / 1e9;
         let _ = writeln!(
             out,
@@ -435,40 +444,38 @@ pub fn render() -> String {
         );
     }
     family(
-        &mut out,
+        out,
         "courant_cross_core_messages_total",
         "counter",
         "Messages exchanged between cores for gRPC calls accepted on one core and served by \
          the journal's owner core (the call, request frames, response frames, the outcome), \
          counted on the accepting core.",
     );
-    for c in &cores {
+    for c in cores {
         let core = c.core.to_string();
         let n = c.cross_core.load(Relaxed);
         sample(
-            &mut out,
+            out,
             "courant_cross_core_messages_total",
             &[("core", &core)],
             n,
         );
     }
     family(
-        &mut out,
+        out,
         "courant_core_tasks_total",
         "counter",
         "Tasks each core's executor has run, sampled each second.",
     );
-    for c in &cores {
+    for c in cores {
         let core = c.core.to_string();
         let tasks = c.tasks.load(Relaxed);
-        sample(
-            &mut out,
-            "courant_core_tasks_total",
-            &[("core", &core)],
-            tasks,
-        );
+        sample(out, "courant_core_tasks_total", &[("core", &core)], tasks);
     }
+}
 
+/// Counters summed over cores: spool syncs and durable mode's commit logs.
+fn render_core_totals(out: &mut String, cores: &[Arc<CoreMetrics>]) {
     type CoreGetter<'a> = &'a dyn Fn(&CoreMetrics) -> u64;
     let summing: [(&str, &str, CoreGetter); 2] = [
         (
@@ -485,9 +492,9 @@ pub fn render() -> String {
         ),
     ];
     for (name, help, get) in summing {
-        family(&mut out, name, "counter", help);
-        for c in &cores {
-            sample(&mut out, name, &[("core", &c.core.to_string())], get(c));
+        family(out, name, "counter", help);
+        for c in cores {
+            sample(out, name, &[("core", &c.core.to_string())], get(c));
         }
     }
     let durable: [(&str, &str, CoreGetter); 5] = [
@@ -522,16 +529,19 @@ pub fn render() -> String {
         ),
     ];
     for (name, help, get) in durable {
-        family(&mut out, name, "counter", help);
-        for c in &cores {
-            sample(&mut out, name, &[("core", &c.core.to_string())], get(c));
+        family(out, name, "counter", help);
+        for c in cores {
+            sample(out, name, &[("core", &c.core.to_string())], get(c));
         }
     }
+}
 
+/// The per-journal families, summed over cores (a journal lives on one owner core).
+fn render_journals(out: &mut String, cores: &[Arc<CoreMetrics>]) {
     // Per journal: a journal lives on one owner core, but sum over cores all the same.
     let mut journals: std::collections::BTreeMap<String, Vec<Arc<JournalMetrics>>> =
         Default::default();
-    for c in &cores {
+    for c in cores {
         for (name, j) in c.journals.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             journals.entry(name.clone()).or_default().push(j.clone());
         }
@@ -563,13 +573,13 @@ pub fn render() -> String {
         ),
     ];
     for (name, help, get) in counters {
-        family(&mut out, name, "counter", help);
+        family(out, name, "counter", help);
         for (journal, js) in &journals {
-            sample(&mut out, name, &[("journal", journal)], sum(js, get));
+            sample(out, name, &[("journal", journal)], sum(js, get));
         }
     }
     family(
-        &mut out,
+        out,
         "gazette_write_head",
         "gauge",
         "Current write head of the journal (i.e., next byte offset to be written).",
@@ -588,7 +598,7 @@ pub fn render() -> String {
     }
     let name = "courant_append_commit_seconds";
     family(
-        &mut out,
+        out,
         name,
         "histogram",
         "Time from acquiring the journal's spool to its durable commit, per Append.",
@@ -616,8 +626,6 @@ pub fn render() -> String {
         );
         let _ = writeln!(out, "{name}_count{{journal=\"{journal}\"}} {count}");
     }
-    stores::render(&mut out);
-    out
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -13,6 +13,7 @@ pub mod stores;
 
 use crate::control::keyspace::etcd::{self, Etcd};
 use crate::control::keyspace::{Backend, Compare, Op, Snapshot, TxnOutcome};
+use crate::errors::BrokerError;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -55,7 +56,11 @@ impl KeySpaceHandle {
     }
 
     /// Runs a transaction on the control thread.
-    pub async fn txn(&self, compares: Vec<Compare>, ops: Vec<Op>) -> Result<TxnOutcome, String> {
+    pub async fn txn(
+        &self,
+        compares: Vec<Compare>,
+        ops: Vec<Op>,
+    ) -> Result<TxnOutcome, BrokerError> {
         let (reply, rx) = flume::bounded(1);
         self.tx
             .send_async(ControlMsg::Txn {
@@ -64,10 +69,11 @@ impl KeySpaceHandle {
                 reply,
             })
             .await
-            .map_err(|_| "the control thread has stopped".to_string())?;
+            .map_err(|_| BrokerError::ControlStopped)?;
         rx.recv_async()
             .await
-            .map_err(|_| "the control thread dropped a keyspace transaction".to_string())?
+            .map_err(|_| BrokerError::ControlDropped("keyspace transaction"))?
+            .map_err(BrokerError::Control)
     }
 
     /// Waits until this core has observed a snapshot at `revision` or later.

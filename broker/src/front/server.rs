@@ -1,25 +1,19 @@
-//! Process start-up: the control thread, one executor per core, and per-core accept loops.
+//! Per-core accept loops and connections.
 //!
 //! Every core has its own listener on the same port (SO_REUSEPORT, all bound before any
-//! executor starts), so the kernel spreads connections over cores; each connection lives on
-//! the core that accepted it. One port serves both protocols, as Gazette's cmux does: a
-//! connection that opens with the HTTP/2 preface is gRPC, anything else is HTTP/1.x
-//! (`crate::front::http`).
+//! executor starts: `crate::start`), so the kernel spreads connections over cores; each
+//! connection lives on the core that accepted it. One port serves both protocols, as
+//! Gazette's cmux does: a connection that opens with the HTTP/2 preface is gRPC, anything
+//! else is HTTP/1.x (`crate::front::http`).
 //!
-//! Lives on: the main thread at start-up; then each core runs its own accept loop and
-//! connections, and the control thread its own runtime.
+//! Lives on: each core runs its own accept loops and the connections they accepted.
 
-use crate::config::ServeConfig;
-use crate::control::KeySpaceBackend;
-use crate::control::keyspace::embedded::Embedded;
-use crate::journal::core::{Core, CoreMsg, INBOX_DEPTH};
+use crate::journal::journals::Journals;
 use bytes::{Buf, BytesMut};
 use futures_lite::io::{AsyncRead, AsyncWrite};
 use futures_lite::{AsyncReadExt, future};
-use glommio::{LocalExecutorBuilder, Placement};
+use glommio::net::{TcpListener, TcpStream};
 use protocol::grpc::ServerCall;
-use protocol::process_spec::Id;
-use std::cell::RefCell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -27,210 +21,18 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Wait after a failed accept (EMFILE and friends) before accepting again.
-const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// How long a connection may take to complete the HTTP/2 preface.
-const H2_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const H2_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn run(cfg: ServeConfig) -> Result<(), String> {
-    use protocol::validate::Validate;
-    let cfg = Arc::new(cfg);
-    crate::limits::raise_nofile();
-    let process_id = Id {
-        zone: cfg.zone.clone(),
-        suffix: cfg.broker_id(),
-    };
-    process_id
-        .validate()
-        .map_err(|e| format!("invalid --broker.zone / --broker.id: {e}"))?;
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| format!("creating --data-dir {}: {e}", cfg.data_dir.display()))?;
-    // Held until the process exits (the kernel drops both, also on kill -9).
-    let _data_dir_lock = crate::guards::lock_data_dir(&cfg.data_dir)?;
-    let _port_claim = crate::guards::claim_port(&cfg.bind, cfg.port)?;
-    crate::journal::core::replay_commit_logs(&cfg.data_dir)?;
-
-    let member_id =
-        crc32c::crc32c(format!("{}#{}", process_id.zone, process_id.suffix).as_bytes()) as u64 | 1;
-    // An empty address (e.g. `address =` in an INI file) also means the embedded mode.
-    let backend = match cfg.etcd_address.as_ref().filter(|a| !a.trim().is_empty()) {
-        None => KeySpaceBackend::Embedded(Box::new(Embedded::open(
-            &cfg.data_dir.join("keyspace"),
-            &cfg.etcd_prefix,
-            member_id,
-        )?)),
-        Some(address) => {
-            let member = protocol::BrokerSpec {
-                process_spec: Some(protocol::ProcessSpec {
-                    id: Some(process_id.clone()),
-                    endpoint: cfg.endpoint(),
-                }),
-                journal_limit: cfg.limit,
-                exiting: false,
-            };
-            member
-                .validate()
-                .map_err(|e| format!("invalid broker spec to announce: {e}"))?;
-            KeySpaceBackend::Etcd(crate::control::keyspace::etcd::Config {
-                address: address.clone(),
-                root: cfg.etcd_prefix.clone(),
-                lease_ttl: cfg.etcd_lease,
-                member,
-                watch_delay: cfg.watch_delay,
-                tls: Box::new(crate::control::keyspace::etcd::EtcdTls {
-                    cert_file: cfg.etcd_cert_file.clone(),
-                    key_file: cfg.etcd_cert_key_file.clone(),
-                    ca_file: cfg.etcd_trusted_ca_file.clone(),
-                }),
-            })
-        }
-    };
-    // Every core's listener is bound and listening before any executor starts, so a port in
-    // use is reported at once, and no connection can reach the port before every core can
-    // take its share of them; and before the member key is announced, so that peers which
-    // see it (and the allocator, which assigns journals to it at once) can connect: until
-    // the cores run, connections wait in the backlog instead of being refused.
-    let cores = cfg.cores();
-    let mut listeners = (0..cores)
-        .map(|_| bind_shared(&cfg.bind, cfg.port))
-        .collect::<Result<Vec<_>, String>>()?
-        .into_iter();
-    let store_cfg = crate::control::stores::config_from(&cfg);
-    let default_store = store_cfg.default_store.clone();
-    let (keyspace, stores) = crate::control::start(backend, store_cfg)?;
-    crate::shutdown::install()?;
-
-    let auth = Arc::new(crate::auth::Auth::new(&cfg.auth_keys)?);
-    let tls = crate::tls::server_config(&cfg)?;
-    crate::tls::init_peer(&cfg)?;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let sha1_lanes = storage::summer::lanes_per_group();
-    tracing::info!(sha1_lanes, "SHA-1 streams hashed side by side on this CPU");
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..cores)
-        .map(|_| flume::bounded::<CoreMsg>(INBOX_DEPTH))
-        .unzip();
-    let endpoint = cfg.endpoint();
-    let owners = crate::journal::owners::Owners::new(cores);
-
-    if let Some(port) = cfg.debug_port {
-        std::net::TcpListener::bind((cfg.bind.as_str(), port))
-            .map_err(|e| format!("binding --debug.port {}:{port}: {e}", cfg.bind))?;
-    }
-
-    let mut handles = Vec::new();
-    for (index, inbox) in receivers.into_iter().enumerate() {
-        let listener = listeners.next().expect("one listener per core");
-        let cfg = cfg.clone();
-        let keyspace = keyspace.clone();
-        let peers = senders.clone();
-        let process_id = process_id.clone();
-        let endpoint = endpoint.clone();
-        let auth = auth.clone();
-        let tls = tls.clone();
-        let stores = stores.clone();
-        let default_store = default_store.clone();
-        let owners = owners.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(index % cpus))
-            .name(&format!("courant-core-{index}"))
-            .io_memory(cfg.io_memory)
-            .spawn(move || async move {
-                let syncs = crate::journal::core::sync_batcher(&cfg, index);
-                let core = Rc::new(Core {
-                    index,
-                    cores,
-                    cfg,
-                    keyspace,
-                    process_id,
-                    endpoint,
-                    peers,
-                    auth,
-                    replicas: RefCell::new(Default::default()),
-                    retired: RefCell::new(Default::default()),
-                    stores: crate::control::stores::persist::CoreStores::new(stores, default_store),
-                    peer_channels: Default::default(),
-                    syncs,
-                    owners: crate::journal::owners::CoreOwners::new(owners),
-                    resolved: Default::default(),
-                });
-                crate::metrics::register_core(index);
-                glommio::spawn_local(name_blocking_thread(index)).detach();
-                glommio::spawn_local(crate::metrics::sample_executor()).detach();
-                glommio::spawn_local(core.clone().serve_inbox(inbox)).detach();
-                glommio::spawn_local(core.clone().watch_keyspace()).detach();
-                glommio::spawn_local(close_on_shutdown(core.clone())).detach();
-                glommio::spawn_local(crate::journal::pulse::run(core.clone())).detach();
-                if index == 0 && core.keyspace.current().cluster {
-                    // The allocator runs on every broker; only the leader acts.
-                    glommio::spawn_local(crate::cluster::allocator::run(
-                        core.keyspace.clone(),
-                        core.cfg.etcd_prefix.clone(),
-                        (core.process_id.zone.clone(), core.process_id.suffix.clone()),
-                        core.cfg.max_replication.max(0) as u32,
-                    ))
-                    .detach();
-                }
-                if index == 0
-                    && let Some(port) = core.cfg.debug_port
-                {
-                    glommio::spawn_local(debug_accept_loop(core.clone(), port)).detach();
-                }
-                if let Err(err) = accept_loop(core, tls, listener).await {
-                    tracing::error!(core = index, %err, "accept loop failed");
-                    std::process::exit(1);
-                }
-            })
-            .map_err(|e| format!("starting executor {index}: {e}"))?;
-        handles.push(handle);
-    }
-    tracing::info!(
-        cores,
-        %endpoint,
-        listen = %format!("{}:{}", cfg.bind, cfg.port),
-        data_dir = %cfg.data_dir.display(),
-        "courant serving"
-    );
-    for h in handles {
-        h.join().map_err(|e| format!("executor failed: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Names the core's blocking-pool thread `courant-blk-<index>` (glommio starts one, on the
-/// core's CPU, and it inherits the core thread's name). The spool's block reservations run
-/// there (`storage::fragment::reserve`), so that a thread found blocked in the kernel (by
-/// `courant-bench`'s sampler, or `ps`) is told apart from the core thread.
-async fn name_blocking_thread(index: usize) {
-    let name = std::ffi::CString::new(format!("courant-blk-{index}")).expect("no NUL");
-    glommio::executor()
-        .spawn_blocking(move || {
-            // SAFETY: PR_SET_NAME reads a NUL-terminated string (cut to 15 bytes) that
-            // outlives the call.
-            unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
-        })
-        .await;
-}
-
-/// At the shutdown's closing stage, closes this core's replicas so that their blocked
-/// reads end with a clean EOF (as when a journal leaves the keyspace).
-async fn close_on_shutdown(core: Rc<Core>) {
-    let mut stage = crate::shutdown::subscribe();
-    crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing).await;
-    let replicas: Vec<_> = core.replicas.borrow().values().cloned().collect();
-    for cell in replicas {
-        if let Some(replica) = cell.get() {
-            replica.index.borrow_mut().close();
-        }
-    }
-}
-
-/// `--debug.port`: HTTP/1.1 `/debug/*` routes only, served by core 0.
-async fn debug_accept_loop(core: Rc<Core>, port: u16) {
-    let listener = match glommio::net::TcpListener::bind((core.cfg.bind.as_str(), port)) {
-        Ok(listener) => listener,
-        Err(err) => {
-            tracing::error!(port, %err, "binding --debug.port");
-            std::process::exit(1);
-        }
-    };
+/// Accepts connections on `listener` until the shutdown's draining stage, handing each to
+/// `serve`. A failed accept (EMFILE and friends) backs off rather than spins, and the loop
+/// keeps serving.
+async fn accept_until_draining(
+    listener: &TcpListener,
+    core: usize,
+    mut serve: impl FnMut(TcpStream),
+) {
     let mut stage = crate::shutdown::subscribe();
     loop {
         let accepted = future::or(async { Some(listener.accept().await) }, async {
@@ -240,82 +42,56 @@ async fn debug_accept_loop(core: Rc<Core>, port: u16) {
         .await;
         match accepted {
             None => return,
-            Some(Ok(stream)) => {
-                let core = core.clone();
-                glommio::spawn_local(crate::front::http::serve_on(
-                    core,
-                    Box::new(stream),
-                    BytesMut::new(),
-                    crate::front::http::Listener::Debug,
-                ))
-                .detach();
-            }
+            Some(Ok(stream)) => serve(stream),
             Some(Err(err)) => {
-                tracing::warn!(%err, "debug port accept failed");
+                tracing::warn!(core, port = ?listener.local_addr().ok(), %err, "accept failed");
                 glommio::timer::sleep(ACCEPT_BACKOFF).await;
             }
         }
     }
 }
 
-/// Binds one listening socket of the shared port (SO_REUSEPORT: one per core, the kernel
-/// spreads connections over them).
-fn bind_shared(host: &str, port: u16) -> Result<std::os::fd::OwnedFd, String> {
-    use socket2::{Domain, Socket, Type};
-    use std::net::ToSocketAddrs;
-    let addr = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("resolving --broker.bind {host}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("--broker.bind {host} resolves to no address"))?;
-    let bind = || -> std::io::Result<Socket> {
-        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-        socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
-        socket.bind(&addr.into())?;
-        socket.listen(1024)?;
-        Ok(socket)
+/// `--debug.port`: HTTP/1.1 `/debug/*` routes only, served by core 0.
+pub async fn debug_accept_loop(journals: Rc<Journals>, port: u16) {
+    let core = &journals.core;
+    let listener = match TcpListener::bind((core.cfg.bind.as_str(), port)) {
+        Ok(listener) => listener,
+        Err(err) => {
+            tracing::error!(port, %err, "binding --debug.port");
+            std::process::exit(1);
+        }
     };
-    bind()
-        .map(std::os::fd::OwnedFd::from)
-        .map_err(|e| format!("binding {host}:{port}: {e}"))
+    accept_until_draining(&listener, core.index, |stream| {
+        glommio::spawn_local(crate::front::http::serve_on(
+            core.clone(),
+            Box::new(stream),
+            BytesMut::new(),
+            crate::front::http::Listener::Debug,
+        ))
+        .detach();
+    })
+    .await;
 }
 
-async fn accept_loop(
-    core: Rc<Core>,
+/// Serves the shared port on this core: gRPC and HTTP/1.x, over TLS when `tls` is set.
+pub async fn accept_loop(
+    journals: Rc<Journals>,
     tls: Option<Arc<rustls::ServerConfig>>,
     listener: std::os::fd::OwnedFd,
-) -> std::io::Result<()> {
+) {
     use std::os::fd::{FromRawFd, IntoRawFd};
     let tls = tls.map(futures_rustls::TlsAcceptor::from);
     // SAFETY: the descriptor is a listening TCP socket this process owns; ownership moves
     // into the glommio listener, which closes it.
-    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
-    let mut stage = crate::shutdown::subscribe();
-    loop {
-        let accepted = future::or(async { Some(listener.accept().await) }, async {
-            crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Draining).await;
-            None
-        })
-        .await;
-        let Some(accepted) = accepted else {
-            // Shutting down: stop accepting (the listener closes), keep serving the rest.
-            drop(listener);
-            future::pending::<()>().await;
-            return Ok(());
-        };
-        let stream = match accepted {
-            Ok(stream) => stream,
-            Err(err) => {
-                // EMFILE and friends: back off rather than spin, keep serving.
-                tracing::warn!(core = core.index, %err, "accept failed");
-                glommio::timer::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
+    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+    accept_until_draining(&listener, journals.core.index, |stream| {
         let _ = stream.set_nodelay(true);
-        glommio::spawn_local(serve_connection(core.clone(), stream, tls.clone())).detach();
-    }
+        glommio::spawn_local(serve_connection(journals.clone(), stream, tls.clone())).detach();
+    })
+    .await;
+    // Shutting down: stop accepting (the listener closes), keep serving the rest.
+    drop(listener);
+    future::pending::<()>().await;
 }
 
 /// The client connection preface of HTTP/2 (RFC 9113 §3.4).
@@ -345,27 +121,24 @@ async fn sniff<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(bool, BytesMut)>
             }
         }
     };
-    let is_h2 = future::or(read, async {
-        glommio::timer::sleep(SNIFF_TIMEOUT).await;
-        None
-    })
-    .await?;
+    let is_h2 = crate::time::within(SNIFF_TIMEOUT, read, || None).await?;
     Some((is_h2, buf))
 }
 
 async fn serve_connection(
-    core: Rc<Core>,
-    stream: glommio::net::TcpStream,
+    journals: Rc<Journals>,
+    stream: TcpStream,
     tls: Option<futures_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
-        return serve_stream(core, stream).await;
+        return serve_stream(journals, stream).await;
     };
     // A peer that never finishes its TLS handshake must not hold a connection forever.
-    let accepted = future::or(async { Some(acceptor.accept(stream).await) }, async {
-        glommio::timer::sleep(SNIFF_TIMEOUT).await;
-        None
-    })
+    let accepted = crate::time::within(
+        SNIFF_TIMEOUT,
+        async { Some(acceptor.accept(stream).await) },
+        || None,
+    )
     .await;
     let stream = match accepted {
         Some(Ok(stream)) => stream,
@@ -382,17 +155,20 @@ async fn serve_connection(
                 prefix: bytes::Bytes::new(),
                 inner: stream,
             };
-            serve_h2(core, io).await
+            serve_h2(journals, io).await
         }
-        Some(_) => crate::front::http::serve(core, Box::new(stream), BytesMut::new()).await,
-        None => serve_stream(core, stream).await,
+        Some(_) => {
+            crate::front::http::serve(journals.core.clone(), Box::new(stream), BytesMut::new())
+                .await
+        }
+        None => serve_stream(journals, stream).await,
     }
 }
 
 /// Sniffs a (plain or decrypted) stream and serves it as HTTP/2 gRPC or HTTP/1.x. A plain
 /// TCP stream's socket may then be received from directly by h2's reads
 /// ([`crate::io::RawRead`]).
-async fn serve_stream<S>(core: Rc<Core>, mut stream: S)
+async fn serve_stream<S>(journals: Rc<Journals>, mut stream: S)
 where
     S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
 {
@@ -400,18 +176,22 @@ where
         return;
     };
     if !is_h2 {
-        crate::front::http::serve(core, Box::new(stream), prefix).await;
+        crate::front::http::serve(journals.core.clone(), Box::new(stream), prefix).await;
         return;
     }
     let io = Rewind {
         prefix: prefix.freeze(),
         inner: stream,
     };
-    serve_h2(core, io).await
+    serve_h2(journals, io).await
 }
 
-/// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
-async fn serve_h2<S>(core: Rc<Core>, io: Rewind<S>)
+/// The server side of an HTTP/2 connection's handshake, with Courant's windows and limits;
+/// `None` if it failed or the peer did not complete the preface within
+/// [`H2_HANDSHAKE_TIMEOUT`] (it must not hold a connection forever).
+async fn h2_handshake<S>(
+    io: Rewind<S>,
+) -> Option<h2::server::Connection<crate::io::Io<Rewind<S>>, bytes::Bytes>>
 where
     S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
 {
@@ -426,27 +206,37 @@ where
         .max_header_list_size(64 << 10)
         .max_send_buffer_size(1 << 20)
         .handshake::<_, bytes::Bytes>(io);
-    // A peer that never completes the HTTP/2 preface must not hold a connection forever.
-    let conn = future::or(async { Some(handshake.await) }, async {
-        glommio::timer::sleep(H2_HANDSHAKE_TIMEOUT).await;
-        None
-    })
+    let conn = crate::time::within(
+        H2_HANDSHAKE_TIMEOUT,
+        async { Some(handshake.await) },
+        || None,
+    )
     .await;
-    let mut conn = match conn {
-        Some(Ok(conn)) => conn,
+    match conn {
+        Some(Ok(conn)) => Some(conn),
         Some(Err(err)) => {
             tracing::debug!(%err, "HTTP/2 handshake failed");
-            return;
+            None
         }
-        None => return,
+        None => None,
+    }
+}
+
+/// Serves gRPC on an HTTP/2 connection until it closes (or drains at shutdown).
+async fn serve_h2<S>(journals: Rc<Journals>, io: Rewind<S>)
+where
+    S: AsyncRead + AsyncWrite + crate::io::RawRead + Unpin + 'static,
+{
+    let Some(mut conn) = h2_handshake(io).await else {
+        return;
     };
-    let max_recv = core.cfg.max_grpc_recv_size;
+    let max_recv = journals.core.cfg.max_grpc_recv_size;
     let mut stage = crate::shutdown::subscribe();
     let mut draining = false;
     // Calls in flight on this connection, and when the last one started or ended: a
     // connection with none for `--tpc.h2-idle-timeout` is sent GOAWAY.
     let activity = Rc::new(crate::idle::Activity::new());
-    let idle_timeout = core.cfg.h2_idle_timeout;
+    let idle_timeout = journals.core.cfg.h2_idle_timeout;
     // Set once an idle connection was sent GOAWAY: a client that does not close it (or
     // answer the GOAWAY's PING) within the grace period is dropped.
     let mut idle_closing = false;
@@ -511,9 +301,10 @@ where
                 // state, kilobytes for a journal call), and a call's future, once built, is
                 // moved again wherever it goes: the task holds only a box, and the call is
                 // built into it once, when the task first runs.
-                let core = core.clone();
-                crate::journal::call::spawn_call(async move {
-                    Box::pin(core.dispatch(ServerCall::new(req, respond, max_recv))).await;
+                let journals = journals.clone();
+                crate::core::call::spawn_call(async move {
+                    let call = ServerCall::new(req, respond, max_recv);
+                    Box::pin(crate::front::dispatch::dispatch(journals, call)).await;
                     drop(guard);
                 });
             }

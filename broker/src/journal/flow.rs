@@ -10,8 +10,7 @@
 //!   a smaller, non-zero `--broker.max-append-rate`), starting with one second of burst and
 //!   banking up to ten seconds.
 
-use crate::journal::call::CallIn;
-use futures_lite::future;
+use crate::core::call::CallIn;
 use protocol::AppendRequest;
 use protocol::grpc::RpcError;
 use std::time::{Duration, Instant};
@@ -51,8 +50,7 @@ impl MinRate {
         }
         self.drain(Instant::now());
         let left = Duration::from_secs_f64((self.credit / self.rate).max(0.0));
-        future::or(input.next(), async move {
-            glommio::timer::sleep(left).await;
+        crate::time::within(left, input.next(), || {
             Err(RpcError::unknown(
                 "client stream didn't sustain the minimum append data rate",
             ))

@@ -5,8 +5,8 @@
 
 use crate::auth::Claims;
 use crate::control::keyspace::{Compare, Op, Snapshot, item_key};
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
 use crate::journal::routing::resolver;
 use prost::Message;
 use protocol::grpc::RpcError;
@@ -177,11 +177,7 @@ pub async fn apply(
         }
         ops.push(op);
     }
-    let outcome = core
-        .keyspace
-        .txn(compares, ops)
-        .await
-        .map_err(RpcError::unknown)?;
+    let outcome = core.keyspace.txn(compares, ops).await?;
     let snapshot = if outcome.succeeded {
         core.keyspace.wait_for(outcome.revision).await
     } else {

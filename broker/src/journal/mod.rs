@@ -1,17 +1,14 @@
-//! Journals on a core: the `Core` that owns them, the calls that reach them (`call`), and
-//! their RPCs: Append (the append FSM), Read, Replicate (replica side), the replication
-//! `Pipeline` (primary side), List/Apply, pulses, flow control and routing.
+//! Journals on a core: the replicas this core owns ([`journals::Journals`]) and their
+//! RPCs: Append (the append FSM), Read and ListFragments, Replicate (replica side), the
+//! replication `Pipeline` (primary side), List/Apply, pulses, flow control and routing.
 //!
-//! Lives on: the journal's owner core. Everything here is `!Send` per-core state; what
-//! crosses cores is an owned `CoreMsg` on a bounded channel (`core`, `call`).
+//! Lives on: the journal's owner core. Everything here is `!Send` per-core state built on
+//! the core's runtime (`crate::core`); what crosses cores is an owned `CoreMsg`.
 
 pub mod append;
-pub mod authorize;
-pub mod call;
-pub mod core;
 pub mod flow;
+pub mod journals;
 pub mod list;
-pub mod owners;
 pub mod pipeline;
 pub mod pulse;
 pub mod read;

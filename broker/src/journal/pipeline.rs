@@ -17,8 +17,8 @@
 //! its acknowledgements) marks the pipeline broken: every turn behind it fails, and the
 //! pipeline is not kept.
 
-use crate::journal::core::Core;
-use crate::journal::routing::peer::{PeerRecv, PeerSend};
+use crate::core::Core;
+use crate::core::peer::{PeerRecv, PeerSend};
 use crate::journal::routing::resolver;
 use protocol::grpc::{RpcError, encode_frame};
 use protocol::process_spec::Id;

@@ -12,9 +12,10 @@
 //! Lives on: every core (cluster mode only), for the journals that core owns.
 
 use crate::control::keyspace::Snapshot;
-use crate::journal::call::{self, CallIn};
-use crate::journal::core::Core;
-use crate::journal::owners::hash_core;
+use crate::core::Core;
+use crate::core::call::{self, CallIn};
+use crate::core::owners::hash_core;
+use crate::journal::journals::Journals;
 use protocol::append_request::Suspend;
 use protocol::{AppendRequest, AppendResponse, Route, Status};
 use std::cell::RefCell;
@@ -76,7 +77,8 @@ fn pulse_suspend(auto_suspend: bool, ticks: u32) -> Suspend {
     }
 }
 
-pub async fn run(core: Rc<Core>) {
+pub async fn run(journals: Rc<Journals>) {
+    let core = &journals.core;
     if !core.keyspace.current().cluster {
         return;
     }
@@ -84,20 +86,22 @@ pub async fn run(core: Rc<Core>) {
     let mut rx = core.keyspace.subscribe();
     loop {
         let snap = rx.borrow_and_update().clone();
-        let due_now = due(&core, &snap, &mut state.borrow_mut(), Instant::now());
+        let due_now = due(core, &snap, &mut state.borrow_mut(), Instant::now());
         for journal in due_now {
             state.borrow_mut().running.insert(journal.clone());
-            glommio::spawn_local(pulse(core.clone(), state.clone(), journal, snap.clone()))
-                .detach();
+            glommio::spawn_local(pulse(
+                journals.clone(),
+                state.clone(),
+                journal,
+                snap.clone(),
+            ))
+            .detach();
         }
         // Wake on the next keyspace change, to pulse idle journals, or when an unplaced
         // journal's grace ends.
         let wait = next_wake(&state.borrow(), Instant::now());
-        let changed = futures_lite::future::or(async { rx.changed().await.is_ok() }, async {
-            glommio::timer::sleep(wait).await;
-            true
-        })
-        .await;
+        let changed =
+            crate::time::within(wait, async { rx.changed().await.is_ok() }, || true).await;
         if !changed {
             return;
         }
@@ -133,7 +137,7 @@ fn due(core: &Core, snap: &Snapshot, state: &mut State, now: Instant) -> Vec<Str
             continue;
         }
         // A journal no call has placed yet is pulsed by its hash core, whose pulse then
-        // places it there (`Core::replica` claims the journal for the core opening it).
+        // places it there (`Journals::replica` claims the journal for the core opening it).
         // Only where this broker is primary: a replica's journal is placed by the first
         // Replicate stream, on the core of the primary's connection.
         let placed = core.owners.get(journal);
@@ -165,7 +169,7 @@ fn due(core: &Core, snap: &Snapshot, state: &mut State, now: Instant) -> Vec<Str
 }
 
 async fn pulse(
-    core: Rc<Core>,
+    journals: Rc<Journals>,
     state: Rc<RefCell<State>>,
     journal: String,
     snap: std::sync::Arc<Snapshot>,
@@ -176,11 +180,12 @@ async fn pulse(
         let prev = st.stable.get(&journal).copied().unwrap_or(0);
         next_ticks(prev, st.last.get(&journal), &route)
     };
-    let suspend = pulse_suspend(core.cfg.auto_suspend, ticks);
-    let outcome = futures_lite::future::or(pulse_once(&core, &journal, suspend), async {
-        glommio::timer::sleep(PULSE_TIMEOUT).await;
-        Err("timed out".to_string())
-    })
+    let suspend = pulse_suspend(journals.core.cfg.auto_suspend, ticks);
+    let outcome = crate::time::within(
+        PULSE_TIMEOUT,
+        pulse_once(&journals, &journal, suspend),
+        || Err("timed out".to_string()),
+    )
     .await;
     match outcome {
         Ok(
@@ -201,7 +206,11 @@ async fn pulse(
 
 /// One zero-byte Append (do_not_proxy, SUSPEND_NO_RESUME or, auto-suspending,
 /// SUSPEND_IF_FLUSHED) through the append FSM.
-async fn pulse_once(core: &Rc<Core>, journal: &str, suspend: Suspend) -> Result<Status, String> {
+async fn pulse_once(
+    journals: &Rc<Journals>,
+    journal: &str,
+    suspend: Suspend,
+) -> Result<Status, String> {
     let (input, mut output, mut client) = call::channel_call();
     // The commit intent (an empty chunk), then EOF.
     let empty = bytes::Bytes::from(prost::Message::encode_to_vec(&AppendRequest::default()));
@@ -219,7 +228,7 @@ async fn pulse_once(core: &Rc<Core>, journal: &str, suspend: Suspend) -> Result<
         ..Default::default()
     };
     let mut input: CallIn = input;
-    let result = crate::journal::append::append(core, req, &mut input, &mut output).await;
+    let result = crate::journal::append::append(journals, req, &mut input, &mut output).await;
     result.map_err(|e| e.message)?;
     drop(output);
     match client.next::<AppendResponse>().await {

@@ -3,8 +3,10 @@
 //! Lives on: the journal's owner core. Index borrows are taken and released between awaits;
 //! content is read from fragment files through io_uring.
 
-use crate::journal::call::CallOut;
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::CallOut;
+use crate::journal::journals::Journals;
+use crate::journal::replica::Replica;
 use crate::journal::routing::resolver::{self, Args};
 use bytes::Bytes;
 use protocol::grpc::RpcError;
@@ -34,7 +36,12 @@ fn now_unix() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Result<(), RpcError> {
+pub async fn read(
+    journals: &Rc<Journals>,
+    req: ReadRequest,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
+    let core = &journals.core;
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let res = resolver::resolve(
@@ -82,13 +89,27 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         )
         .await;
     }
-    let replica = core.replica(&res.journal).await?;
+    let replica = journals.replica(&res.journal).await?;
     crate::metrics::read_started(&res.journal);
+    serve_local(core, &replica, &res.journal, &req, header, out).await
+}
+
+/// Serves a Read of a journal this broker holds: each fragment's metadata, then its
+/// content, from the local file or the store, until the end offset or (not blocking) the
+/// write head; blocks for more when asked to.
+async fn serve_local(
+    core: &Rc<Core>,
+    replica: &Replica,
+    journal: &str,
+    req: &ReadRequest,
+    mut header: Option<Header>,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
     let mut offset = req.offset;
     // Courant waits for the first listing of the journal's stores before serving, so that
     // a broker that just started does not answer OFFSET_NOT_YET_AVAILABLE for history its
     // stores hold (local fragments alone would suffice only for local history).
-    wait_for_first_listing(&replica).await;
+    wait_for_first_listing(replica).await;
 
     loop {
         let changed = replica.index.borrow().changed();
@@ -121,23 +142,7 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
                     // Keep waiting at the head as it was when the read began.
                     offset = write_head;
                 }
-                // Block until the index changes or the client goes away.
-                let woke = futures_lite::future::or(
-                    async {
-                        changed.await;
-                        true
-                    },
-                    async {
-                        out.cancelled().await;
-                        false
-                    },
-                )
-                .await;
-                if !woke {
-                    return Err(RpcError::cancelled());
-                }
-                if replica.index.borrow().is_closed() {
-                    // The journal was deleted (or moved away): end the read cleanly.
+                if !wait_for_change(replica, changed, out).await? {
                     return Ok(());
                 }
                 continue;
@@ -172,7 +177,7 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
             }
             let from = offset;
             offset = stream_persisted(core, out, &fragment, offset, req.end_offset).await?;
-            crate::metrics::read_bytes(&res.journal, (offset - from) as u64);
+            crate::metrics::read_bytes(journal, (offset - from) as u64);
             if req.end_offset != 0 && offset >= req.end_offset {
                 return Ok(());
             }
@@ -182,35 +187,72 @@ pub async fn read(core: &Rc<Core>, req: ReadRequest, out: &mut CallOut) -> Resul
         if req.end_offset != 0 {
             end = end.min(req.end_offset);
         }
-        while offset < end {
-            let want = ((end - offset) as usize).min(READ_CHUNK);
-            let content = file.read_at(offset, want).await.map_err(|e| {
-                let e = crate::errors::storage_err(e);
-                RpcError::unknown(format!("reading fragment: {}", e.message))
-            })?;
-            if content.is_empty() {
-                return Err(RpcError::unknown(format!(
-                    "reading fragment: unexpected end of file at offset {offset}"
-                )));
-            }
-            let n = content.len() as i64;
-            out.send(&ReadResponse {
-                offset,
-                content,
-                ..Default::default()
-            })
-            .await?;
-            offset += n;
-            crate::metrics::read_bytes(&res.journal, n as u64);
-        }
+        offset = stream_local(&file, journal, offset, end, out).await?;
         if req.end_offset != 0 && offset >= req.end_offset {
             return Ok(());
         }
     }
 }
 
+/// Blocks a read until the replica's index changes (`changed`) or the client goes away
+/// (CANCELLED). `false` when the index was closed: the journal was deleted or moved away,
+/// and the read ends cleanly.
+async fn wait_for_change(
+    replica: &Replica,
+    changed: impl Future<Output = ()>,
+    out: &mut CallOut,
+) -> Result<bool, RpcError> {
+    let woke = futures_lite::future::or(
+        async {
+            changed.await;
+            true
+        },
+        async {
+            out.cancelled().await;
+            false
+        },
+    )
+    .await;
+    if !woke {
+        return Err(RpcError::cancelled());
+    }
+    Ok(!replica.index.borrow().is_closed())
+}
+
+/// Streams `file`'s content from `offset` to `end` in chunks; returns the offset reached.
+async fn stream_local(
+    file: &storage::FragmentFile,
+    journal: &str,
+    mut offset: i64,
+    end: i64,
+    out: &mut CallOut,
+) -> Result<i64, RpcError> {
+    while offset < end {
+        let want = ((end - offset) as usize).min(READ_CHUNK);
+        let content = file.read_at(offset, want).await.map_err(|e| {
+            let e = crate::errors::storage_err(e);
+            RpcError::unknown(format!("reading fragment: {}", e.message))
+        })?;
+        if content.is_empty() {
+            return Err(RpcError::unknown(format!(
+                "reading fragment: unexpected end of file at offset {offset}"
+            )));
+        }
+        let n = content.len() as i64;
+        out.send(&ReadResponse {
+            offset,
+            content,
+            ..Default::default()
+        })
+        .await?;
+        offset += n;
+        crate::metrics::read_bytes(journal, n as u64);
+    }
+    Ok(offset)
+}
+
 /// Waits until the replica's index has applied a store listing (or was closed).
-async fn wait_for_first_listing(replica: &crate::journal::replica::Replica) {
+async fn wait_for_first_listing(replica: &Replica) {
     loop {
         let changed = replica.index.borrow().changed();
         if replica.index.borrow().refreshed() || replica.index.borrow().is_closed() {
@@ -228,12 +270,7 @@ fn is_persisted(f: &Fragment) -> bool {
 }
 
 async fn sign_one(core: &Rc<Core>, f: &Fragment, ttl: Duration) -> Result<String, RpcError> {
-    let signed = core
-        .stores
-        .handle
-        .sign(vec![f.clone()], ttl)
-        .await
-        .map_err(RpcError::unknown)?;
+    let signed = core.stores.handle.sign(vec![f.clone()], ttl).await?;
     signed
         .into_iter()
         .next()
@@ -270,7 +307,7 @@ async fn stream_persisted(
         .handle
         .open(fragment.clone())
         .await
-        .map_err(fail)?;
+        .map_err(|e| fail(e.to_string()))?;
     let codec =
         CompressionCodec::try_from(fragment.compression_codec).unwrap_or(CompressionCodec::None);
     let mut decoder =
@@ -325,10 +362,11 @@ async fn stream_persisted(
 const DEFAULT_PAGE_LIMIT: i32 = 1000;
 
 pub async fn list_fragments(
-    core: &Rc<Core>,
+    journals: &Rc<Journals>,
     req: FragmentsRequest,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
+    let core = &journals.core;
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let res = resolver::resolve(
@@ -370,7 +408,7 @@ pub async fn list_fragments(
         )
         .await;
     }
-    let replica = core.replica(&res.journal).await?;
+    let replica = journals.replica(&res.journal).await?;
     let limit = if req.page_limit == 0 {
         DEFAULT_PAGE_LIMIT
     } else {
@@ -380,14 +418,29 @@ pub async fn list_fragments(
     wait_for_first_listing(&replica).await;
     let mut resp = respond(Status::Ok, res.header);
     let all = replica.index.borrow().fragments();
-    let mut next_page_token = 0;
+    resp.next_page_token = page_of(&mut resp, all, &req, limit);
+    if let Some(ttl) = req.signature_ttl {
+        // Only persisted fragments have something to sign.
+        let ttl = Duration::new(ttl.seconds.max(0) as u64, ttl.nanos.max(0) as u32);
+        sign_page(core, &mut resp, ttl).await?;
+    }
+    out.send(&resp).await
+}
+
+/// Fills `resp` with a page of `all` (at most `limit` fragments from `req`'s page token,
+/// within its modification times); returns the next page's token (0 after the last).
+fn page_of<F>(
+    resp: &mut FragmentsResponse,
+    all: Vec<(Fragment, F)>,
+    req: &FragmentsRequest,
+    limit: usize,
+) -> i64 {
     for (fragment, _file) in all
         .into_iter()
         .filter(|(f, _)| f.begin >= req.next_page_token)
     {
         if resp.fragments.len() == limit {
-            next_page_token = fragment.begin;
-            break;
+            return fragment.begin;
         }
         let skip = (fragment.mod_time != 0 && fragment.mod_time < req.begin_mod_time)
             || (req.end_mod_time != 0
@@ -401,27 +454,26 @@ pub async fn list_fragments(
             signed_url: String::new(),
         });
     }
-    resp.next_page_token = next_page_token;
-    if let Some(ttl) = req.signature_ttl {
-        // Only persisted fragments have something to sign.
-        let ttl = Duration::new(ttl.seconds.max(0) as u64, ttl.nanos.max(0) as u32);
-        let persisted: Vec<usize> = (0..resp.fragments.len())
-            .filter(|&i| resp.fragments[i].spec.as_ref().is_some_and(is_persisted))
-            .collect();
-        let specs = persisted
-            .iter()
-            .filter_map(|&i| resp.fragments[i].spec.clone())
-            .collect();
-        let signed = core
-            .stores
-            .handle
-            .sign(specs, ttl)
-            .await
-            .map_err(RpcError::unknown)?;
-        for (i, url) in persisted.into_iter().zip(signed) {
-            resp.fragments[i].signed_url =
-                url.map_err(|e| RpcError::unknown(format!("signing fragment URL: {e}")))?;
-        }
+    0
+}
+
+/// Signs the URLs of the persisted fragments of `resp`, valid for `ttl`.
+async fn sign_page(
+    core: &Core,
+    resp: &mut FragmentsResponse,
+    ttl: Duration,
+) -> Result<(), RpcError> {
+    let persisted: Vec<usize> = (0..resp.fragments.len())
+        .filter(|&i| resp.fragments[i].spec.as_ref().is_some_and(is_persisted))
+        .collect();
+    let specs = persisted
+        .iter()
+        .filter_map(|&i| resp.fragments[i].spec.clone())
+        .collect();
+    let signed = core.stores.handle.sign(specs, ttl).await?;
+    for (i, url) in persisted.into_iter().zip(signed) {
+        resp.fragments[i].signed_url =
+            url.map_err(|e| RpcError::unknown(format!("signing fragment URL: {e}")))?;
     }
-    out.send(&resp).await
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! append in progress owns it across awaits), the fragment index behind a `RefCell` (only
 //! ever borrowed between awaits), and the max-rate token bucket.
 
-use crate::journal::core::Core;
+use crate::core::Core;
 use crate::journal::flow::{TokenBucket, effective_max_rate};
 use protocol::JournalSpec;
 use protocol::grpc::RpcError;

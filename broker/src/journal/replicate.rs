@@ -7,8 +7,9 @@
 //! Route differ from the primary's (new members or a new primary) ends the wait with
 //! WRONG_ROUTE or the stream with an error: a deposed primary can never keep writing here.
 
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
+use crate::journal::journals::Journals;
 use crate::journal::replica::Replica;
 use crate::journal::routing::resolver::{self, Args};
 use futures_lite::future;
@@ -20,11 +21,12 @@ use std::rc::Rc;
 use storage::spool::{ContentError, Spool};
 
 pub async fn replicate(
-    core: &Rc<Core>,
+    journals: &Rc<Journals>,
     first: ReplicateRequest,
     input: &mut CallIn,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
+    let core = &journals.core;
     first
         .validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
@@ -59,7 +61,7 @@ pub async fn replicate(
         ) {
             return respond(out, Status::WrongRoute, Some(res.header)).await;
         }
-        slot = Some(core.replica(&res.journal).await?);
+        slot = Some(journals.replica(&res.journal).await?);
         let replica = slot.as_ref().expect("just set");
         let mut changes = core.keyspace.subscribe();
         changes.borrow_and_update();
@@ -91,6 +93,20 @@ pub async fn replicate(
         return Err(no_ack_error(&first_resp));
     }
 
+    follow(core, &replica, &mut spool, &journal, &theirs, input, out).await
+}
+
+/// Applies the primary's further requests to `spool` until the primary closes its pipeline
+/// or the journal's route moves away from `theirs` (the pipeline is then stale).
+async fn follow(
+    core: &Rc<Core>,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    journal: &str,
+    theirs: &Route,
+    input: &mut CallIn,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
     let mut changes = core.keyspace.subscribe();
     changes.borrow_and_update();
     loop {
@@ -104,7 +120,7 @@ pub async fn replicate(
                     return future::pending().await;
                 }
                 let snap = changes.borrow_and_update().clone();
-                if !still_routed(core, &snap, &journal, &theirs) {
+                if !still_routed(core, &snap, journal, theirs) {
                     return Step::RouteChanged;
                 }
             }
@@ -131,29 +147,39 @@ pub async fn replicate(
             }
             Ok(Some(req)) => req,
         };
-        if let Err(e) = req.validate() {
+        apply(core, replica, spool, &req, out).await?;
+    }
+}
+
+/// Applies one further request of the primary: a proposal (acknowledged when asked) or
+/// content. An invalid request or a bad content delta rolls back what is uncommitted.
+async fn apply(
+    core: &Rc<Core>,
+    replica: &Rc<Replica>,
+    spool: &mut Spool,
+    req: &ReplicateRequest,
+    out: &mut CallOut,
+) -> Result<(), RpcError> {
+    if let Err(e) = req.validate() {
+        spool.rollback();
+        return Err(RpcError::unknown(e.to_string()));
+    }
+    if req.proposal.is_some() {
+        let (status, resp) = apply_proposal(core, replica, spool, req).await?;
+        if req.acknowledge {
+            out.send(&resp).await?;
+        } else if status != Status::Ok {
+            return Err(no_ack_error(&resp));
+        }
+        return Ok(());
+    }
+    match spool.apply_content(&req.content, req.content_delta).await {
+        Ok(()) => Ok(()),
+        Err(ContentError::Delta(msg)) => {
             spool.rollback();
-            return Err(RpcError::unknown(e.to_string()));
+            Err(RpcError::unknown(msg))
         }
-        if req.proposal.is_some() {
-            let (status, resp) = apply_proposal(core, &replica, &mut spool, &req).await?;
-            if req.acknowledge {
-                out.send(&resp).await?;
-            } else if status != Status::Ok {
-                return Err(no_ack_error(&resp));
-            }
-        } else {
-            match spool.apply_content(&req.content, req.content_delta).await {
-                Ok(()) => {}
-                Err(ContentError::Delta(msg)) => {
-                    spool.rollback();
-                    return Err(RpcError::unknown(msg));
-                }
-                Err(ContentError::Storage(e)) => {
-                    return Err(crate::errors::storage_err(e));
-                }
-            }
-        }
+        Err(ContentError::Storage(e)) => Err(crate::errors::storage_err(e)),
     }
 }
 

@@ -9,7 +9,7 @@ use crate::control::stores::STORE_HEALTH_CHECK_RETRIES;
 /// once if healthy; else wait for each next check, and give up after
 /// [`STORE_HEALTH_CHECK_RETRIES`] failed ones (at once for a store that cannot be built).
 /// `Err` carries the `store_health_error` text. Lives on: the journal's owner core.
-pub async fn await_healthy(core: &crate::journal::core::Core, url: &str) -> Result<(), String> {
+pub async fn await_healthy(core: &crate::core::Core, url: &str) -> Result<(), String> {
     let mut rx = core
         .stores
         .health(url)
@@ -34,9 +34,9 @@ pub async fn await_healthy(core: &crate::journal::core::Core, url: &str) -> Resu
 /// The FragmentStoreHealth RPC: the store's last health check (waiting for the first), and
 /// with `check_delete`, a PUT and DELETE probe. Lives on: the accepting core.
 pub async fn health_rpc(
-    core: &std::rc::Rc<crate::journal::core::Core>,
-    input: &mut crate::journal::call::CallIn,
-    out: &mut crate::journal::call::CallOut,
+    core: &std::rc::Rc<crate::core::Core>,
+    input: &mut crate::core::call::CallIn,
+    out: &mut crate::core::call::CallOut,
 ) -> Result<(), protocol::grpc::RpcError> {
     use protocol::grpc::RpcError;
     use protocol::validate::Validate;
@@ -48,11 +48,7 @@ pub async fn health_rpc(
     req.validate()
         .map_err(|e| RpcError::unknown(e.to_string()))?;
     let header = crate::journal::routing::resolver::unrouted_header(core, &core.keyspace.current());
-    let mut rx = core
-        .stores
-        .health(&req.fragment_store)
-        .await
-        .map_err(RpcError::unknown)?;
+    let mut rx = core.stores.health(&req.fragment_store).await?;
     let mut health = rx.borrow_and_update().clone();
     if health.checks == 0 && rx.changed().await.is_ok() {
         health = rx.borrow_and_update().clone();
@@ -73,7 +69,7 @@ pub async fn health_rpc(
             .await
     {
         resp.status = Status::FragmentStoreUnhealthy as i32;
-        resp.store_health_error = error;
+        resp.store_health_error = error.to_string();
     }
     out.send(&resp).await
 }

@@ -125,11 +125,7 @@ impl Sim {
         let Some(core) = self.brokers[b].core.clone() else {
             return Ok(out);
         };
-        let replica = core
-            .replicas
-            .borrow()
-            .get(&journal_name(j))
-            .and_then(|c| c.get().cloned());
+        let replica = core.open_replica(&journal_name(j));
         let Some(replica) = replica else {
             return Ok(out);
         };
@@ -170,13 +166,7 @@ impl Sim {
             .brokers
             .iter()
             .filter_map(|b| b.core.as_ref())
-            .any(|core| {
-                core.replicas
-                    .borrow()
-                    .values()
-                    .filter_map(|c| c.get())
-                    .any(|r| r.awaiting.count() >= 2)
-            });
+            .any(|core| core.open_replicas().iter().any(|r| r.awaiting.count() >= 2));
         if pipelined {
             self.stats.pipelined += 1;
         }
@@ -239,11 +229,7 @@ impl Sim {
             return false;
         };
         let route = snap.assigned_route(&journal_name(j));
-        let replica = core
-            .replicas
-            .borrow()
-            .get(&journal_name(j))
-            .and_then(|c| c.get().cloned());
+        let replica = core.open_replica(&journal_name(j));
         replica.is_some_and(|r| {
             r.pipeline
                 .borrow()

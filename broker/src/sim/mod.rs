@@ -75,8 +75,9 @@ pub mod net;
 pub mod world;
 
 use crate::control::keyspace::{Op, PutLease, Snapshot, assign_key, item_key, member_key};
-use crate::journal::call::{ChannelClient, OutMsg};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{ChannelClient, OutMsg};
+use crate::journal::journals::Journals;
 use crate::mutation::{self, Mutation};
 use bytes::Bytes;
 use checker::Checker;
@@ -84,7 +85,6 @@ use net::{Net, Port};
 use prost::Message;
 use protocol::process_spec::Id;
 use protocol::{AppendRequest, AppendResponse, BrokerSpec, JournalSpec, ProcessSpec, Status};
-use std::cell::RefCell;
 use std::fmt;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -264,7 +264,7 @@ impl Stats {
 
 /// One simulated broker process.
 struct Broker {
-    core: Option<Rc<Core>>,
+    core: Option<Rc<Journals>>,
     incarnation: u64,
     /// Its keyspace and store servers (dropped at a crash).
     tasks: Vec<glommio::Task<()>>,
@@ -515,8 +515,8 @@ impl Sim {
             tokio::sync::watch::channel(self.world.keyspace.borrow().latest());
         let keyspace = crate::control::KeySpaceHandle::from_parts(ks_tx, watch_rx);
         let (store_handle, store_rx) = crate::control::stores::persist::channel();
-        crate::journal::core::replay_commit_logs(&cfg.data_dir).expect("replaying commit logs");
-        let syncs = crate::journal::core::sync_batcher(&cfg, 0);
+        crate::start::replay_commit_logs(&cfg.data_dir).expect("replaying commit logs");
+        let syncs = crate::core::sync_batcher(&cfg, 0);
         let core = Rc::new(Core {
             index: 0,
             cores: 1,
@@ -526,18 +526,16 @@ impl Sim {
             endpoint: net::endpoint(b),
             peers: Vec::new(),
             auth: Arc::new(crate::auth::Auth::new("").expect("no keys")),
-            replicas: RefCell::new(Default::default()),
-            retired: RefCell::new(Default::default()),
             stores: crate::control::stores::persist::CoreStores::new(store_handle, STORE.into()),
             peer_channels: Default::default(),
             syncs,
-            owners: crate::journal::owners::CoreOwners::new(crate::journal::owners::Owners::new(1)),
-            resolved: Default::default(),
+            owners: crate::core::owners::CoreOwners::new(crate::core::owners::Owners::new(1)),
         });
         core.peer_channels.sim.replace(Some(Rc::new(Port {
             net: self.net.clone(),
             me: b,
         })));
+        let journals = Rc::new(Journals::new(core));
         self.world.views.borrow_mut()[b] = Some(watch_tx);
         broker.tasks = vec![
             glommio::spawn_local(world::serve_keyspace(self.world.clone(), b, ks_rx)),
@@ -547,10 +545,10 @@ impl Sim {
                 broker.incarnation,
                 store_rx,
             )),
-            glommio::spawn_local(core.clone().watch_keyspace()),
+            glommio::spawn_local(journals.clone().watch_keyspace()),
         ];
-        self.net.state.borrow_mut().brokers[b] = Some(Rc::downgrade(&core));
-        broker.core = Some(core);
+        self.net.state.borrow_mut().brokers[b] = Some(Rc::downgrade(&journals));
+        broker.core = Some(journals);
     }
 
     /// `kill -9` of broker `b`: every task and all memory gone, the data directory kept.
@@ -755,7 +753,7 @@ impl Sim {
         let mut content = tag.into_bytes();
         content.extend((0..len).map(|i| b'a' + ((self.step + i) % 26) as u8));
         let bytes = Bytes::from(content);
-        let (mut input, mut output, client) = crate::journal::call::channel_call();
+        let (mut input, mut output, client) = crate::core::call::channel_call();
         let split = self.rng.below(bytes.len());
         let chunks = [bytes.slice(..split), bytes.slice(split..)];
         let chunks = chunks.into_iter().filter(|c| !c.is_empty());
@@ -795,8 +793,8 @@ impl Sim {
             "append: journal-{j} {:?} to broker-{b}",
             String::from_utf8_lossy(&bytes)
         ));
-        // Queued as the server queues a connection's call (`journal::call::spawn_call`).
-        let task = crate::journal::call::queue_call(async move {
+        // Queued as the server queues a connection's call (`core::call::spawn_call`).
+        let task = crate::core::call::queue_call(async move {
             let outcome = crate::journal::append::append(&core, req, &mut input, &mut output).await;
             output.finish(outcome);
         });

@@ -4,15 +4,15 @@
 //! breaks it (both ends see an error, as after a connection reset).
 //!
 //! The primary's end is a [`SimCall`] inside the real `Pipeline` (through
-//! `crate::journal::routing::peer::PeerCall::Sim`); the replica's end runs the real
+//! `crate::core::peer::PeerCall::Sim`); the replica's end runs the real
 //! `crate::journal::replicate::replicate` handler over `CallIn::Remote` / `CallOut::Remote`, started
 //! when the stream's first frame is delivered.
 //!
 //! Lives on: the simulation's one executor thread (`Rc`, `RefCell`).
 
-use crate::journal::call::{CallIn, CallOut, OutMsg};
-use crate::journal::core::Core;
-use crate::journal::routing::peer::{TestCall, TestLink, TestNet};
+use crate::core::call::{CallIn, CallOut, OutMsg};
+use crate::core::peer::{TestCall, TestLink, TestNet};
+use crate::journal::journals::Journals;
 use bytes::{Buf, Bytes, BytesMut};
 use protocol::ReplicateRequest;
 use protocol::grpc::{RpcError, decode_message};
@@ -75,7 +75,7 @@ pub struct NetState {
     pub links: BTreeMap<u64, Link>,
     next_id: u64,
     /// Live brokers by index (`None` while crashed).
-    pub brokers: Vec<Option<Weak<Core>>>,
+    pub brokers: Vec<Option<Weak<Journals>>>,
     /// The replica handlers each broker runs (dropped, so cancelled, when it crashes).
     handlers: BTreeMap<usize, Vec<glommio::Task<()>>>,
     /// Pairs of brokers that cannot reach each other.
@@ -181,8 +181,8 @@ impl Net {
         let (in_tx, in_rx) = flume::unbounded();
         let (out_tx, out_rx) = flume::unbounded();
         let (cancel_tx, cancel_rx) = flume::bounded::<()>(1);
-        // Queued as the server queues a connection's call (`journal::call::spawn_call`).
-        let task = crate::journal::call::queue_call(async move {
+        // Queued as the server queues a connection's call (`core::call::spawn_call`).
+        let task = crate::core::call::queue_call(async move {
             let mut input = CallIn::Remote(in_rx);
             let mut output = CallOut::Remote {
                 tx: out_tx,

@@ -11,8 +11,7 @@
 
 use crate::control::ControlMsg;
 use crate::control::keyspace::{
-    Compare, KeyValue, Op, PutLease, Snapshot, TxnOutcome, decode_assignments, decode_items,
-    decode_members,
+    Compare, KeyValue, Op, Snapshot, TxnOutcome, decode_assignments, decode_items, decode_members,
 };
 use crate::control::stores::persist::{PersistJob, PersistOutcome, StoreMsg};
 use bytes::Bytes;
@@ -74,46 +73,13 @@ impl KeySpace {
 
     /// etcd's transaction: every compare holds, then every op applies at one new revision.
     pub fn txn(&mut self, compares: &[Compare], ops: &[Op]) -> TxnOutcome {
-        let holds = compares
-            .iter()
-            .all(|c| self.keys.get(&c.key).map_or(0, |kv| kv.mod_revision) == c.mod_revision);
-        if !holds || ops.is_empty() {
-            return TxnOutcome {
-                succeeded: holds,
-                revision: self.revision,
-            };
+        let before = self.revision;
+        let out =
+            crate::control::keyspace::txn::txn(&mut self.keys, &mut self.revision, compares, ops);
+        if self.revision != before {
+            self.publish();
         }
-        self.revision += 1;
-        for op in ops {
-            match op {
-                Op::Put { key, value, lease } => {
-                    let old = self.keys.get(key);
-                    let lease = match lease {
-                        PutLease::None => 0,
-                        PutLease::Keep => old.map_or(0, |kv| kv.lease),
-                        PutLease::Id(id) => *id,
-                    };
-                    let create_revision = old.map_or(self.revision, |kv| kv.create_revision);
-                    self.keys.insert(
-                        key.clone(),
-                        KeyValue {
-                            value: value.clone(),
-                            create_revision,
-                            mod_revision: self.revision,
-                            lease,
-                        },
-                    );
-                }
-                Op::Delete { key } => {
-                    self.keys.remove(key);
-                }
-            }
-        }
-        self.publish();
-        TxnOutcome {
-            succeeded: true,
-            revision: self.revision,
-        }
+        out
     }
 
     /// etcd's lease expiry: every key under `lease` is deleted.

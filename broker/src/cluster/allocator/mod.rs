@@ -330,6 +330,33 @@ impl Loads {
     }
 }
 
+/// Deletes the assignments `removals` of `journal` (guarded on the journal's spec and each
+/// assignment's revision).
+fn push_removals(
+    group: &mut Group,
+    root: &str,
+    journal: &str,
+    spec_revision: i64,
+    current: &[Assignment],
+    keys: &[Option<String>],
+    removals: &[usize],
+) {
+    if !removals.is_empty() {
+        group.compares.push(Compare {
+            key: item_key(root, journal),
+            mod_revision: spec_revision,
+        });
+    }
+    for &x in removals {
+        let key = keys[x].clone().expect("removals have keys");
+        group.compares.push(Compare {
+            key: key.clone(),
+            mod_revision: current[x].mod_revision,
+        });
+        group.ops.push(Op::Delete { key });
+    }
+}
+
 fn id(a: &Assignment) -> MemberId {
     (a.zone.clone(), a.suffix.clone())
 }
@@ -654,6 +681,79 @@ impl<'a> Planner<'a> {
 
         // Removals: missing members, then exiting ones, then surplus; only while the
         // journal is consistent and keeps at least R assignments.
+        let removals = self.removals(current, &ids, &keys, leaving, &surplus, r, consistent);
+
+        // Additions: enough serving replicas for R, spread over zones.
+        let steady = consistent && removals.is_empty() && current.len() == r && kept.len() == r;
+        let mut adds = self.additions(journal, current, &ids, &kept, &cands, r, steady);
+        if current.is_empty() && adds.len() > 1 {
+            // The new journal's primary: the chosen member with the fewest primaries.
+            let best = (0..adds.len())
+                .min_by(|&x, &y| {
+                    self.primary_ratio(&adds[x])
+                        .total_cmp(&self.primary_ratio(&adds[y]))
+                        .then(x.cmp(&y))
+                })
+                .unwrap_or(0);
+            let primary = adds.remove(best);
+            adds.insert(0, primary);
+        }
+
+        // Promotion: if no remaining assignment holds slot 0, promote the best one.
+        let removed: BTreeSet<usize> = removals.iter().copied().collect();
+        let remaining: Vec<usize> = (0..current.len())
+            .filter(|x| !removed.contains(x))
+            .collect();
+        let promote = self.promotion(current, &keys, &ids, &route, &remaining);
+
+        let mut group = Group {
+            kind: if !adds.is_empty() {
+                Kind::Add
+            } else if promote.is_some() {
+                Kind::Promote
+            } else if !removals.is_empty() {
+                Kind::Remove
+            } else {
+                Kind::Pack
+            },
+            compares: Vec::new(),
+            ops: Vec::new(),
+        };
+
+        // Build the ops.
+        self.push_adds(&mut group, journal, current, &adds);
+        push_removals(
+            &mut group,
+            self.root,
+            journal,
+            item.mod_revision,
+            current,
+            &keys,
+            &removals,
+        );
+        if let Some(x) = promote {
+            self.move_op(&mut group, journal, &current[x], keys[x].as_deref(), 0);
+            *self.loads.primary.entry(ids[x].clone()).or_default() += 1;
+        } else if adds.is_empty() && removals.is_empty() && consistent {
+            // Packing: one assignment moves down towards contiguous slots.
+            self.pack(&mut group, journal, current, &keys, &ids, &remaining);
+        }
+        (!group.ops.is_empty()).then_some(group)
+    }
+
+    /// The assignments to remove: missing members, then exiting ones, then `surplus`; only
+    /// while the journal is consistent and keeps at least `r` assignments.
+    #[allow(clippy::too_many_arguments)]
+    fn removals(
+        &self,
+        current: &[Assignment],
+        ids: &[MemberId],
+        keys: &[Option<String>],
+        leaving: Vec<usize>,
+        surplus: &[usize],
+        r: usize,
+        consistent: bool,
+    ) -> Vec<usize> {
         let mut leaving: Vec<usize> = leaving.into_iter().filter(|&x| keys[x].is_some()).collect();
         leaving.sort_by(|&x, &y| {
             self.status(&ids[x])
@@ -673,13 +773,27 @@ impl<'a> Planner<'a> {
         } else {
             0
         };
-        let removals: Vec<usize> = leaving
+        leaving
             .into_iter()
             .chain(surplus.iter().copied())
             .take(allowed.min(MAX_GROUP_CHANGES))
-            .collect();
+            .collect()
+    }
 
-        // Additions: enough serving replicas for R, spread over zones.
+    /// The members to add to `journal`: enough serving replicas for `r`, spread over
+    /// zones; and when the journal is `steady` (consistent, with `r` serving assignments and
+    /// nothing to remove), one replica moved to another zone or to a quieter member.
+    #[allow(clippy::too_many_arguments)]
+    fn additions(
+        &mut self,
+        journal: &str,
+        current: &[Assignment],
+        ids: &[MemberId],
+        kept: &[usize],
+        cands: &[Cand],
+        r: usize,
+        steady: bool,
+    ) -> Vec<MemberId> {
         let holders: BTreeSet<MemberId> = ids.iter().cloned().collect();
         let mut zones: BTreeSet<String> = kept.iter().map(|&x| current[x].zone.clone()).collect();
         let mut adds: Vec<MemberId> = Vec::new();
@@ -696,10 +810,7 @@ impl<'a> Planner<'a> {
         // crowded zone.
         if need == 0
             && r >= 2
-            && consistent
-            && removals.is_empty()
-            && current.len() == r
-            && kept.len() == r
+            && steady
             && zones.len() == 1
             && let Some(m) = self.pick_member(&holders, &adds, &zones, true)
         {
@@ -709,38 +820,30 @@ impl<'a> Planner<'a> {
         // assignment to a quieter member (added now, the busier one removed once synced).
         if adds.is_empty()
             && need == 0
-            && consistent
-            && removals.is_empty()
-            && current.len() == r
-            && kept.len() == r
+            && steady
             && self.moves_left > 0
             && current.iter().any(|a| a.slot == 0)
-            && let Some((from, to)) = self.rebalance(&cands, &kept)
+            && let Some((from, to)) = self.rebalance(cands, kept)
         {
             tracing::debug!(journal, ?from, ?to, "allocator moves an assignment");
             *self.pending_out.entry(from).or_default() += 1;
             self.moves_left -= 1;
             adds.push(to);
         }
-        if current.is_empty() && adds.len() > 1 {
-            // The new journal's primary: the chosen member with the fewest primaries.
-            let best = (0..adds.len())
-                .min_by(|&x, &y| {
-                    self.primary_ratio(&adds[x])
-                        .total_cmp(&self.primary_ratio(&adds[y]))
-                        .then(x.cmp(&y))
-                })
-                .unwrap_or(0);
-            let primary = adds.remove(best);
-            adds.insert(0, primary);
-        }
+        adds
+    }
 
-        // Promotion: if no remaining assignment holds slot 0, promote the best one.
-        let removed: BTreeSet<usize> = removals.iter().copied().collect();
-        let remaining: Vec<usize> = (0..current.len())
-            .filter(|x| !removed.contains(x))
-            .collect();
-        let promote = if remaining.iter().any(|&x| current[x].slot == 0) {
+    /// The assignment to promote to primary (slot 0) when no remaining one holds it: the
+    /// best serving one, preferring the current Route's members and fewer primaries.
+    fn promotion(
+        &self,
+        current: &[Assignment],
+        keys: &[Option<String>],
+        ids: &[MemberId],
+        route: &protocol::Route,
+        remaining: &[usize],
+    ) -> Option<usize> {
+        if remaining.iter().any(|&x| current[x].slot == 0) {
             None
         } else {
             remaining
@@ -751,8 +854,8 @@ impl<'a> Planner<'a> {
                     self.status(&ids[x])
                         .cmp(&self.status(&ids[y]))
                         .then(
-                            equivalent(&current[y].value, &route)
-                                .cmp(&equivalent(&current[x].value, &route)),
+                            equivalent(&current[y].value, route)
+                                .cmp(&equivalent(&current[x].value, route)),
                         )
                         .then(
                             self.primary_ratio(&ids[x])
@@ -760,26 +863,22 @@ impl<'a> Planner<'a> {
                         )
                         .then(key_order(&ids[x], &ids[y]))
                 })
-        };
+        }
+    }
 
-        let mut group = Group {
-            kind: if !adds.is_empty() {
-                Kind::Add
-            } else if promote.is_some() {
-                Kind::Promote
-            } else if !removals.is_empty() {
-                Kind::Remove
-            } else {
-                Kind::Pack
-            },
-            compares: Vec::new(),
-            ops: Vec::new(),
-        };
-
-        // Build the ops.
+    /// Puts the assignments of `adds` in free slots of `journal` (guarded on their members'
+    /// keys and the new keys' absence), counting them in the members' loads.
+    fn push_adds(
+        &mut self,
+        group: &mut Group,
+        journal: &str,
+        current: &[Assignment],
+        adds: &[MemberId],
+    ) {
+        let snap = self.snap;
         let mut used: BTreeSet<u32> = current.iter().map(|a| a.slot).collect();
         let mut next_slot = if current.is_empty() { 0 } else { 1 };
-        for m in &adds {
+        for m in adds {
             // A key that exists but did not decode (an invalid Route) takes its slot too.
             while used.contains(&next_slot)
                 || snap
@@ -810,48 +909,33 @@ impl<'a> Planner<'a> {
                 *self.loads.primary.entry(m.clone()).or_default() += 1;
             }
         }
-        if !removals.is_empty() {
-            group.compares.push(Compare {
-                key: item_key(self.root, journal),
-                mod_revision: item.mod_revision,
-            });
+    }
+
+    /// Moves one remaining assignment of `journal` down towards contiguous slots.
+    fn pack(
+        &self,
+        group: &mut Group,
+        journal: &str,
+        current: &[Assignment],
+        keys: &[Option<String>],
+        ids: &[MemberId],
+        remaining: &[usize],
+    ) {
+        let mut sorted = remaining.to_vec();
+        sorted.sort_by(|&x, &y| {
+            current[x]
+                .slot
+                .cmp(&current[y].slot)
+                .then(key_order(&ids[x], &ids[y]))
+        });
+        if let Some((i, &x)) = sorted
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|&(i, &x)| current[x].slot as usize != i)
+        {
+            self.move_op(group, journal, &current[x], keys[x].as_deref(), i as u32);
         }
-        for &x in &removals {
-            let key = keys[x].clone().expect("removals have keys");
-            group.compares.push(Compare {
-                key: key.clone(),
-                mod_revision: current[x].mod_revision,
-            });
-            group.ops.push(Op::Delete { key });
-        }
-        if let Some(x) = promote {
-            self.move_op(&mut group, journal, &current[x], keys[x].as_deref(), 0);
-            *self.loads.primary.entry(ids[x].clone()).or_default() += 1;
-        } else if adds.is_empty() && removals.is_empty() && consistent {
-            // Packing: one assignment moves down towards contiguous slots.
-            let mut sorted = remaining.clone();
-            sorted.sort_by(|&x, &y| {
-                current[x]
-                    .slot
-                    .cmp(&current[y].slot)
-                    .then(key_order(&ids[x], &ids[y]))
-            });
-            if let Some((i, &x)) = sorted
-                .iter()
-                .enumerate()
-                .skip(1)
-                .find(|&(i, &x)| current[x].slot as usize != i)
-            {
-                self.move_op(
-                    &mut group,
-                    journal,
-                    &current[x],
-                    keys[x].as_deref(),
-                    i as u32,
-                );
-            }
-        }
-        (!group.ops.is_empty()).then_some(group)
     }
 
     /// Moves an assignment to `slot`, keeping its value and lease (guarded on the old key's

@@ -146,39 +146,9 @@ impl Sim {
     /// Applies a transaction as etcd would: all compares hold, then all ops at one
     /// new revision.
     fn apply(&mut self, txn: &Txn) -> bool {
-        for c in &txn.compares {
-            let rev = self.keys.get(&c.key).map_or(0, |kv| kv.mod_revision);
-            if rev != c.mod_revision {
-                return false;
-            }
-        }
-        self.revision += 1;
-        for op in &txn.ops {
-            match op {
-                Op::Put { key, value, lease } => {
-                    let old = self.keys.get(key);
-                    let lease = match lease {
-                        PutLease::None => 0,
-                        PutLease::Keep => old.map_or(0, |kv| kv.lease),
-                        PutLease::Id(id) => *id,
-                    };
-                    let create = old.map_or(self.revision, |kv| kv.create_revision);
-                    self.keys.insert(
-                        key.clone(),
-                        KeyValue {
-                            value: value.clone(),
-                            create_revision: create,
-                            mod_revision: self.revision,
-                            lease,
-                        },
-                    );
-                }
-                Op::Delete { key } => {
-                    self.keys.remove(key);
-                }
-            }
-        }
-        true
+        let keyspace = &mut self.keys;
+        crate::control::keyspace::txn::txn(keyspace, &mut self.revision, &txn.compares, &txn.ops)
+            .succeeded
     }
 
     /// What each journal's primary does once it has synced its pipeline: writes the

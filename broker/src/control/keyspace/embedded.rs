@@ -103,11 +103,7 @@ impl Backend for Embedded {
 
     fn txn(&mut self, compares: &[Compare], ops: &[Op]) -> Result<TxnOutcome, String> {
         let cur = self.snapshot.clone();
-        let holds = compares.iter().all(|c| {
-            let rev = cur.keys.get(&c.key).map(|kv| kv.mod_revision).unwrap_or(0);
-            rev == c.mod_revision
-        });
-        if !holds {
+        if !super::txn::holds(&cur.keys, compares) {
             return Ok(TxnOutcome {
                 succeeded: false,
                 revision: cur.revision,
@@ -137,7 +133,7 @@ impl Backend for Embedded {
         self.log_len += record.len() as u64;
 
         let mut keys = cur.keys.clone();
-        apply_ops(&mut keys, revision, ops);
+        super::txn::apply(&mut keys, revision, ops);
         let journals = decode_items(&self.root, &keys);
         warn_single_copy(
             journals
@@ -205,31 +201,6 @@ fn load_or_create_cluster_id(dir: &Path) -> Result<u64, String> {
         .and_then(|()| std::fs::rename(&tmp, &path))
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(id)
-}
-
-fn apply_ops(keys: &mut BTreeMap<String, KeyValue>, revision: i64, ops: &[Op]) {
-    for op in ops {
-        match op {
-            Op::Put { key, value, .. } => {
-                let create_revision = keys
-                    .get(key)
-                    .map(|kv| kv.create_revision)
-                    .unwrap_or(revision);
-                keys.insert(
-                    key.clone(),
-                    KeyValue {
-                        value: value.clone(),
-                        create_revision,
-                        mod_revision: revision,
-                        lease: 0,
-                    },
-                );
-            }
-            Op::Delete { key } => {
-                keys.remove(key);
-            }
-        }
-    }
 }
 
 fn encode_record(revision: i64, ops: &[Op]) -> Vec<u8> {
@@ -319,7 +290,7 @@ fn replay(raw: &[u8], keys: &mut BTreeMap<String, KeyValue>, revision: &mut i64)
         if rev <= *revision {
             break; // Revisions only grow; anything else is corruption.
         }
-        apply_ops(keys, rev, &ops);
+        super::txn::apply(keys, rev, &ops);
         *revision = rev;
         valid = raw.len() - c.0.len();
     }

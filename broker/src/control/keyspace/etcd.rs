@@ -551,7 +551,7 @@ impl Etcd {
         &self,
         watch_tx: &watch::Sender<Arc<Snapshot>>,
         exiting: bool,
-        pending: &mut Vec<(TxnOutcome, flume::Sender<Result<TxnOutcome, String>>)>,
+        pending: &mut Vec<(TxnOutcome, Reply)>,
     ) {
         watch_tx.send_replace(self.snapshot());
         if exiting && !self.holds_assignments() {
@@ -563,6 +563,64 @@ impl Etcd {
         }
     }
 
+    /// (Re)starts the keyspace watch after backing off for `attempt`, reloading the
+    /// keyspace first when the watch's revision was compacted; `None` if that failed (the
+    /// caller tries again).
+    async fn rewatch(
+        &mut self,
+        attempt: &mut u32,
+        reload: &mut bool,
+        watch_tx: &watch::Sender<Arc<Snapshot>>,
+        exiting: bool,
+        pending: &mut Vec<(TxnOutcome, Reply)>,
+    ) -> Option<WatchStream> {
+        if *attempt > 0 {
+            let backoff = Duration::from_millis(50 * 2u64.pow((*attempt).min(6)));
+            tokio::time::sleep(backoff).await;
+        }
+        *attempt += 1;
+        let attempt = *attempt;
+        if *reload {
+            if let Err(e) = self.reload().await {
+                tracing::warn!(%e, attempt, "reloading the etcd keyspace failed (will retry)");
+                return None;
+            }
+            *reload = false;
+            // Every acknowledged txn is at or below etcd's current revision.
+            self.publish(watch_tx, exiting, pending);
+        }
+        match self.watch().await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(%e, attempt, "etcd watch failed (will retry)");
+                None
+            }
+        }
+    }
+
+    /// The shutdown's exiting stage: announces this broker as exiting (the allocator then
+    /// moves its assignments away), and is drained at once if it holds none.
+    async fn exit(&mut self) {
+        match self.announce_exiting().await {
+            Ok(()) => tracing::info!("announced exiting to etcd"),
+            Err(e) => tracing::warn!(%e, "announcing exiting to etcd"),
+        }
+        if !self.holds_assignments() {
+            crate::shutdown::set_drained();
+        }
+    }
+
+    /// Revokes this broker's lease, which deletes its member key (and any assignment under
+    /// the lease), within [`REVOKE_TIMEOUT`].
+    async fn revoke_lease(&mut self) {
+        let revoke = self.client.lease_revoke(self.lease);
+        match tokio::time::timeout(REVOKE_TIMEOUT, revoke).await {
+            Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
+            Ok(Err(e)) => tracing::warn!(%e, "revoking the etcd lease"),
+            Err(_) => tracing::warn!("revoking the etcd lease timed out"),
+        }
+    }
+
     /// The control loop in etcd mode: transactions from cores, the watch, the lease.
     /// A successful transaction is answered once the watch has applied its revision, so
     /// the requester's core can already see its own change (as in the embedded mode).
@@ -571,7 +629,6 @@ impl Etcd {
         rx: flume::Receiver<ControlMsg>,
         watch_tx: watch::Sender<Arc<Snapshot>>,
     ) {
-        type Reply = flume::Sender<Result<TxnOutcome, String>>;
         let mut pending: Vec<(TxnOutcome, Reply)> = Vec::new();
         let mut stream: Option<WatchStream> = None;
         let mut attempt = 0u32;
@@ -593,37 +650,11 @@ impl Etcd {
 
         loop {
             if stream.is_none() {
-                if attempt > 0 {
-                    let backoff = Duration::from_millis(50 * 2u64.pow(attempt.min(6)));
-                    tokio::time::sleep(backoff).await;
-                }
-                attempt += 1;
-                if reload {
-                    match self.reload().await {
-                        Ok(()) => {
-                            reload = false;
-                            watch_tx.send_replace(self.snapshot());
-                            if exiting && !self.holds_assignments() {
-                                crate::shutdown::set_drained();
-                            }
-                            // Every acknowledged txn is at or below etcd's current revision.
-                            let rev = self.snapshot.revision;
-                            for (o, reply) in pending.extract_if(.., |(o, _)| o.revision <= rev) {
-                                let _ = reply.send(Ok(o));
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(%e, attempt, "reloading the etcd keyspace failed (will retry)");
-                            continue;
-                        }
-                    }
-                }
-                match self.watch().await {
-                    Ok(s) => stream = Some(s),
-                    Err(e) => {
-                        tracing::warn!(%e, attempt, "etcd watch failed (will retry)");
-                        continue;
-                    }
+                stream = self
+                    .rewatch(&mut attempt, &mut reload, &watch_tx, exiting, &mut pending)
+                    .await;
+                if stream.is_none() {
+                    continue;
                 }
             }
             let watching = stream.as_mut().expect("a watch stream");
@@ -678,29 +709,21 @@ impl Etcd {
                 }
                 _ = crate::shutdown::reached(&mut exit_stage, crate::shutdown::Stage::Exiting), if !exiting => {
                     exiting = true;
-                    match self.announce_exiting().await {
-                        Ok(()) => tracing::info!("announced exiting to etcd"),
-                        Err(e) => tracing::warn!(%e, "announcing exiting to etcd"),
-                    }
-                    if !self.holds_assignments() {
-                        crate::shutdown::set_drained();
-                    }
+                    self.exit().await;
                 }
                 _ = crate::shutdown::reached(&mut stage, crate::shutdown::Stage::Closing), if !revoked => {
                     // Revoking deletes our member key (and any assignment under our lease).
                     revoked = true;
                     keeper.0.abort();
-                    let revoke = self.client.lease_revoke(self.lease);
-                    match tokio::time::timeout(REVOKE_TIMEOUT, revoke).await {
-                        Ok(Ok(_)) => tracing::info!(lease = self.lease, "revoked the etcd lease"),
-                        Ok(Err(e)) => tracing::warn!(%e, "revoking the etcd lease"),
-                        Err(_) => tracing::warn!("revoking the etcd lease timed out"),
-                    }
+                    self.revoke_lease().await;
                 }
             }
         }
     }
 }
+
+/// Where a transaction's outcome is answered.
+type Reply = flume::Sender<Result<TxnOutcome, String>>;
 
 /// [`Etcd::apply`]'s error for a watch cancelled by compaction (handled by a reload).
 const COMPACTED: &str = "etcd compacted the watch's start revision";

@@ -13,6 +13,7 @@
 
 pub mod embedded;
 pub mod etcd;
+pub mod txn;
 
 use bytes::Bytes;
 use protocol::{BrokerSpec, JournalSpec, Route};

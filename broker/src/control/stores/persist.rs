@@ -27,6 +27,7 @@
 
 use super::{ActiveStore, Health, ObjectBody, PutSource, StoreError, StoresConfig};
 use crate::control::keyspace::Snapshot;
+use crate::errors::BrokerError;
 use crate::metrics::stores as metrics;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -143,43 +144,49 @@ pub struct StoreHandle {
 }
 
 impl StoreHandle {
-    async fn ask<T>(&self, make: impl FnOnce(flume::Sender<T>) -> StoreMsg) -> Result<T, String> {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(flume::Sender<T>) -> StoreMsg,
+    ) -> Result<T, BrokerError> {
         let (reply, rx) = flume::bounded(1);
         self.tx
             .send_async(make(reply))
             .await
-            .map_err(|_| "the control thread has stopped".to_string())?;
+            .map_err(|_| BrokerError::ControlStopped)?;
         rx.recv_async()
             .await
-            .map_err(|_| "the control thread dropped a store request".to_string())
+            .map_err(|_| BrokerError::ControlDropped("store request"))
     }
 
     pub async fn list(
         &self,
         journal: String,
         stores: Vec<String>,
-    ) -> Result<Vec<Fragment>, String> {
+    ) -> Result<Vec<Fragment>, BrokerError> {
         self.ask(|reply| StoreMsg::List {
             journal,
             stores,
             reply,
         })
         .await?
+        .map_err(BrokerError::Control)
     }
 
-    pub async fn persist(&self, job: PersistJob) -> Result<PersistOutcome, String> {
+    pub async fn persist(&self, job: PersistJob) -> Result<PersistOutcome, BrokerError> {
         self.ask(|reply| StoreMsg::Persist { job, reply }).await
     }
 
-    pub async fn open(&self, fragment: Fragment) -> Result<ObjectReader, String> {
-        self.ask(|reply| StoreMsg::Open { fragment, reply }).await?
+    pub async fn open(&self, fragment: Fragment) -> Result<ObjectReader, BrokerError> {
+        self.ask(|reply| StoreMsg::Open { fragment, reply })
+            .await?
+            .map_err(BrokerError::Control)
     }
 
     pub async fn sign(
         &self,
         fragments: Vec<Fragment>,
         ttl: Duration,
-    ) -> Result<Vec<Result<String, String>>, String> {
+    ) -> Result<Vec<Result<String, String>>, BrokerError> {
         self.ask(|reply| StoreMsg::Sign {
             fragments,
             ttl,
@@ -188,12 +195,13 @@ impl StoreHandle {
         .await
     }
 
-    pub async fn check_delete(&self, url: String, prefix: String) -> Result<(), String> {
+    pub async fn check_delete(&self, url: String, prefix: String) -> Result<(), BrokerError> {
         self.ask(|reply| StoreMsg::CheckDelete { url, prefix, reply })
             .await?
+            .map_err(BrokerError::Control)
     }
 
-    async fn health(&self, url: String) -> Result<watch::Receiver<Health>, String> {
+    async fn health(&self, url: String) -> Result<watch::Receiver<Health>, BrokerError> {
         self.ask(|reply| StoreMsg::Health { url, reply }).await
     }
 }
@@ -229,7 +237,7 @@ impl CoreStores {
     }
 
     /// The health receiver of `url` (cached per core after the first request).
-    pub async fn health(&self, url: &str) -> Result<watch::Receiver<Health>, String> {
+    pub async fn health(&self, url: &str) -> Result<watch::Receiver<Health>, BrokerError> {
         if let Some(rx) = self.health.borrow().get(url) {
             return Ok(rx.clone());
         }

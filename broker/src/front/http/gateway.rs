@@ -8,8 +8,8 @@
 
 use super::parse::{self, ParseError};
 use super::{ConnError, Exchange, Outcome, Response};
-use crate::journal::call::ChannelClient;
-use crate::journal::core::FirstRequest;
+use crate::core::call::ChannelClient;
+use crate::core::msg::FirstRequest;
 use bytes::Bytes;
 use futures_lite::future;
 use prost::Message;
@@ -358,7 +358,7 @@ async fn send(client: &ChannelClient, req: AppendRequest) -> bool {
 }
 
 async fn start(ex: &Exchange<'_>, first: FirstRequest) -> Option<ChannelClient> {
-    ex.core.start_journal_call(first, None).await
+    crate::front::dispatch::start_journal_call(ex.core, first, None).await
 }
 
 /// `X-Route-Token` and `Location`, as Gazette's `writeHeader`.

@@ -13,7 +13,7 @@
 
 use super::parse;
 use crate::auth::Claims;
-use crate::journal::core::Core;
+use crate::core::Core;
 
 /// Name of the query parameter that may carry the token.
 pub const TOKEN_PARAM: &str = "token";
@@ -80,7 +80,7 @@ pub fn authorize(
         }
         claims
     };
-    if !crate::journal::authorize::in_scope(core, &claims, journal) {
+    if !crate::front::authorize::in_scope(core, &claims, journal) {
         return Err(Refused {
             status: 403,
             message: format!("not authorized to {journal}"),

@@ -5,7 +5,7 @@
 //! sniffs each connection's first bytes: the HTTP/2 preface goes to gRPC, anything else
 //! comes here with the bytes already read. Journal-scoped work (the gateway's Read and
 //! Append) runs on the journal's owner core through the same calls gRPC uses
-//! ([`crate::journal::core::Core::start_journal_call`]).
+//! ([`crate::front::dispatch::start_journal_call`]).
 //!
 //! Every connection is bounded in time and memory, so a slow or malformed client costs
 //! only its own connection: a head must arrive whole within [`HEAD_TIMEOUT`] and fit in
@@ -18,7 +18,7 @@ pub mod json;
 pub mod parse;
 pub mod v1;
 
-use crate::journal::core::Core;
+use crate::core::Core;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt, future};
 use parse::{BodyKind, Head, ParseError};
@@ -100,11 +100,7 @@ async fn with_timeout<T>(
     limit: Duration,
     fut: impl Future<Output = Result<T, ConnError>>,
 ) -> Result<T, ConnError> {
-    future::or(fut, async move {
-        glommio::timer::sleep(limit).await;
-        Err(ConnError::Timeout)
-    })
-    .await
+    crate::time::within(limit, fut, || Err(ConnError::Timeout)).await
 }
 
 impl Conn {
@@ -590,27 +586,13 @@ pub fn http_date(t: std::time::SystemTime) -> String {
     http_date_unix(secs)
 }
 
+/// Formats `secs` since the Unix epoch as an HTTP date (a time chrono cannot represent
+/// prints as the epoch).
 pub fn http_date_unix(secs: i64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let weekday = DAYS[days.rem_euclid(7) as usize];
-    let month = MONTHS[(month - 1).clamp(0, 11) as usize];
-    format!("{weekday}, {day:02} {month} {year} {h:02}:{m:02}:{s:02} GMT")
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
 }
 
 #[cfg(test)]

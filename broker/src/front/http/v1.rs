@@ -3,7 +3,7 @@
 //! `gogo/gateway.JSONPb{EmitDefaults: true}` and `DefaultHTTPProtoErrorHandler`).
 //!
 //! Lives on: the accepting core. List runs on this core (as a gRPC List does); Read runs on
-//! the journal's owner core through [`Core::start_journal_call`]. Unlike the `/` gateway,
+//! the journal's owner core through [`crate::front::dispatch::start_journal_call`]. Unlike the `/` gateway,
 //! these routes are gated by the caller's `Authorization` header, which grpc-gateway
 //! forwards to the broker as gRPC metadata.
 //!
@@ -14,8 +14,8 @@
 
 use super::json;
 use super::{Exchange, Outcome, Response};
-use crate::journal::call::ChannelClient;
-use crate::journal::core::{Core, FirstRequest};
+use crate::core::call::ChannelClient;
+use crate::core::{Core, msg::FirstRequest};
 use futures_lite::future;
 use protocol::grpc::{Code, RpcError};
 use protocol::{ListResponse, ReadResponse, Status};
@@ -77,7 +77,7 @@ async fn start(
     rpc: Rpc,
     first: Result<protocol::ReadRequest, protocol::ListRequest>,
 ) -> Result<Started, RpcError> {
-    // grpc-gateway forwards `Authorization` as metadata; verify it as `Core::dispatch` does.
+    // grpc-gateway forwards `Authorization` as metadata; verify it as `front::dispatch::dispatch` does.
     let mut metadata = http::HeaderMap::new();
     if let Some(value) = ex.head.header("authorization")
         && let Ok(value) = http::HeaderValue::from_str(value)
@@ -92,11 +92,11 @@ async fn start(
     let timeout = claims.bound(None);
     match first {
         Err(list) => Ok(Started::Call(
-            core.start_list_call(list, claims, timeout).await,
+            crate::front::dispatch::start_list_call(core, list, claims, timeout).await,
         )),
         Ok(read) => {
             let journal = protocol::validate::strip_meta(&read.journal).to_string();
-            if !crate::journal::authorize::in_scope(core, &claims, &journal) {
+            if !crate::front::authorize::in_scope(core, &claims, &journal) {
                 let snapshot = core.keyspace.current();
                 return Ok(Started::Only(Box::new(ReadResponse {
                     status: Status::JournalNotFound as i32,
@@ -106,7 +106,7 @@ async fn start(
                     ..Default::default()
                 })));
             }
-            core.start_journal_call(FirstRequest::Read(read), timeout)
+            crate::front::dispatch::start_journal_call(core, FirstRequest::Read(read), timeout)
                 .await
                 .map(Started::Call)
                 .ok_or_else(|| RpcError::unavailable("the journal's owner core has stopped"))

@@ -9,7 +9,7 @@
 use super::Held;
 use super::stream::Record;
 use super::sync::storage_err;
-use crate::journal::core::Core;
+use crate::core::Core;
 use crate::journal::pipeline::Turn;
 use crate::journal::replica::Replica;
 use protocol::grpc::RpcError;

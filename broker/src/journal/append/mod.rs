@@ -26,8 +26,9 @@ mod validate;
 #[allow(unused_imports)]
 pub(crate) use sync::empty_at;
 
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
+use crate::journal::journals::Journals;
 use crate::journal::pipeline::Pipeline;
 use crate::journal::replica::Replica;
 use crate::journal::routing::resolver::Resolution;
@@ -46,14 +47,15 @@ use validate::{Preconditions, may_carry_content, may_write, suspend_of};
 /// Serves one Append call: `req` is its first message, `input` the rest of the client's
 /// stream and `out` the reply.
 pub async fn append(
-    core: &Rc<Core>,
+    journals: &Rc<Journals>,
     req: AppendRequest,
     input: &mut CallIn,
     out: &mut CallOut,
 ) -> Result<(), RpcError> {
     crate::errors::validate_append(&req)?;
     let driver = Driver {
-        core,
+        journals,
+        core: &journals.core,
         req,
         input,
         out,
@@ -129,6 +131,8 @@ fn spec_of(res: &Option<Rc<Resolution>>) -> &JournalSpec {
 
 /// Runs one Append call through the machine.
 struct Driver<'a> {
+    /// This core's journals (the replica's table), and its runtime.
+    journals: &'a Rc<Journals>,
     core: &'a Rc<Core>,
     req: AppendRequest,
     input: &'a mut CallIn,
@@ -167,7 +171,7 @@ impl Driver<'_> {
     async fn hold(&mut self, read_through: i64) -> State {
         let mut state = State::AcquirePipeline { read_through };
         let journal = self.res().journal.clone();
-        let replica = match self.core.replica(&journal).await {
+        let replica = match self.journals.replica(&journal).await {
             Ok(replica) => replica,
             Err(err) => return transition(state, Event::Failed(err)).0,
         };
@@ -344,7 +348,7 @@ impl Driver<'_> {
             .as_ref()
             .is_some_and(|res| Arc::ptr_eq(&res.snapshot, &self.core.keyspace.current()));
         if !reuse {
-            match route::resolve(self.core, &self.req).await {
+            match route::resolve(self.core, &self.journals.resolved, &self.req).await {
                 Ok(res) => self.res = Some(res),
                 Err(err) => return Event::Failed(err),
             }
@@ -457,7 +461,7 @@ impl Driver<'_> {
 
     async fn respond(&mut self, reply: &Reply) -> Event {
         // The reply is the call's last message: its header is taken, not copied, unless
-        // the resolution is shared (`Core::resolved`).
+        // the resolution is shared (`Journals::resolved`).
         let header = match self.res.as_mut() {
             Some(res) => match Rc::get_mut(res) {
                 Some(res) => std::mem::take(&mut res.header),

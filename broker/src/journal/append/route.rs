@@ -5,8 +5,8 @@
 //! Lives on: the journal's owner core; reads the core's keyspace snapshot and writes
 //! through its keyspace transactions.
 
-use crate::journal::core::Core;
-use crate::journal::routing::resolver::{self, Args, Resolution};
+use crate::core::Core;
+use crate::journal::routing::resolver::{self, Args, Resolution, Resolved};
 use protocol::AppendRequest;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
@@ -15,6 +15,7 @@ use std::rc::Rc;
 
 pub(super) async fn resolve(
     core: &Rc<Core>,
+    resolved: &Resolved,
     req: &AppendRequest,
 ) -> Result<Rc<Resolution>, RpcError> {
     let may_proxy = !req.do_not_proxy;
@@ -24,7 +25,7 @@ pub(super) async fn resolve(
     if cacheable {
         let current = core.keyspace.current();
         if req.min_etcd_revision <= current.revision
-            && let Some(hit) = core.resolved.get(&current, &req.journal, may_proxy)
+            && let Some(hit) = resolved.get(&current, &req.journal, may_proxy)
         {
             return Ok(hit);
         }
@@ -43,7 +44,7 @@ pub(super) async fn resolve(
         .await?,
     );
     if cacheable {
-        core.resolved.put(&req.journal, may_proxy, &res);
+        resolved.put(&req.journal, may_proxy, &res);
     }
     Ok(res)
 }

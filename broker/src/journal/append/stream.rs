@@ -7,8 +7,8 @@
 
 use super::Held;
 use super::sync::storage_err;
-use crate::journal::call::CallIn;
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::CallIn;
 use crate::journal::flow::MinRate;
 use protocol::grpc::{Code, RpcError};
 use protocol::validate::Validate;

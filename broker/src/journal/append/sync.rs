@@ -6,7 +6,7 @@
 
 use super::Held;
 use super::validate::{codec_of, maybe_roll};
-use crate::journal::core::Core;
+use crate::core::Core;
 use crate::journal::pipeline::{Pipeline, Synced};
 use crate::journal::replica::Replica;
 use crate::journal::routing::resolver;
@@ -147,7 +147,7 @@ pub(crate) fn empty_at(spool: &Spool, at: i64, codec: protocol::CompressionCodec
 
 /// Keeps the pipeline for the journal's next append, if this broker still leads the
 /// journal on the same Route; else closes it at once, so that its replicas (Gazette's hold
-/// their spool until the stream ends) can follow the new primary. (`Core::watch_keyspace`
+/// their spool until the stream ends) can follow the new primary. (`Journals::watch_keyspace`
 /// closes kept pipelines on later changes; this covers a change while the append held it.)
 pub(super) fn keep_pipeline(core: &Core, replica: &Replica, pln: Pipeline) {
     let snapshot = core.keyspace.current();

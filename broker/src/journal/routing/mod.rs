@@ -1,9 +1,7 @@
-//! Routing: resolving a journal to its Route and this broker's part in it, proxying calls
-//! to the broker that serves them, and the connections to peers that both use.
+//! Routing: resolving a journal to its Route and this broker's part in it, and proxying
+//! calls to the broker that serves them (over the core's peer connections, `crate::core::peer`).
 //!
-//! Lives on: every core (each keeps its own peer connections; resolution reads the core's
-//! keyspace snapshot).
+//! Lives on: every core (resolution reads the core's keyspace snapshot).
 
-pub mod peer;
 pub mod proxy;
 pub mod resolver;

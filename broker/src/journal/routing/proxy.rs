@@ -5,10 +5,10 @@
 //! everything else is relayed as is, and the peer's responses (or error) are returned
 //! verbatim.
 //!
-//! Lives on: the journal's owner core, with this core's peer connections (`crate::journal::routing::peer`).
+//! Lives on: the journal's owner core, with this core's peer connections (`crate::core::peer`).
 
-use crate::journal::call::{CallIn, CallOut};
-use crate::journal::core::Core;
+use crate::core::Core;
+use crate::core::call::{CallIn, CallOut};
 use protocol::grpc::RpcError;
 use protocol::process_spec::Id;
 use protocol::{AppendRequest, AppendResponse, Header, Route};

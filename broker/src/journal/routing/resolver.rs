@@ -14,7 +14,7 @@
 //! Route, which Gazette's Go clients retry against directly.
 
 use crate::control::keyspace::Snapshot;
-use crate::journal::core::Core;
+use crate::core::Core;
 use protocol::grpc::RpcError;
 use protocol::journal_spec::suspend::Level;
 use protocol::{Header, JournalSpec, Route, Status};
@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// and forgets them all at the next snapshot, so it is bounded by the journals the
 /// keyspace assigns here.
 ///
-/// Lives on: its core (`Core::resolved`).
+/// Lives on: its core (`Journals::resolved`).
 #[derive(Default)]
 pub struct Resolved {
     cached: RefCell<Option<Kept>>,

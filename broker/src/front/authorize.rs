@@ -4,7 +4,7 @@
 //! Lives on: the core that runs the call (reads the core's keyspace snapshot).
 
 use crate::auth::Claims;
-use crate::journal::core::{Core, FirstRequest};
+use crate::core::{Core, msg::FirstRequest};
 use protocol::grpc::Outbound;
 use protocol::{AppendResponse, FragmentsResponse, ReadResponse, Status};
 

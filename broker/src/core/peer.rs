@@ -5,8 +5,8 @@
 //! endpoint, shared by every call this core makes to that peer. A connection whose driver
 //! ends (the peer died, reset, or closed it) leaves the cache, and the next call dials again.
 
+use crate::core::Core;
 use crate::io::Io;
-use crate::journal::core::Core;
 use protocol::grpc::{Channel, RpcError};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -181,13 +181,12 @@ impl Core {
             let stream = crate::tls::peer_stream(stream, &addr, secure).await?;
             Channel::handshake(Io(stream), &addr).await
         };
-        let timeout = async {
-            glommio::timer::sleep(DIAL_TIMEOUT).await;
+        let (channel, conn) = crate::time::within(DIAL_TIMEOUT, dial, || {
             Err(RpcError::unavailable(format!(
                 "dialing peer {endpoint}: timed out after {DIAL_TIMEOUT:?}"
             )))
-        };
-        let (channel, conn) = futures_lite::future::or(dial, timeout).await?;
+        })
+        .await?;
         // Another task may have dialed meanwhile: keep the first, drop ours.
         if let Some((_, ch)) = self.peer_channels.conns.borrow().get(endpoint) {
             return Ok(ch.clone());
