@@ -8,8 +8,8 @@
 
 use crate::Error;
 use crate::client::Client;
-use protocol::codec::Decompressor;
 use bytes::{Bytes, BytesMut};
+use protocol::codec::Decompressor;
 use protocol::{CompressionCodec, Fragment};
 use std::path::{Component, Path, PathBuf};
 use tokio::io::AsyncReadExt;
@@ -213,7 +213,9 @@ impl FragmentReader {
         let mut out = Vec::new();
         while !self.done {
             if self.raw.is_empty() && !self.fill().await? {
-                self.dec.finish(&mut out).map_err(|d| self.fail(d.to_string(), true))?;
+                self.dec
+                    .finish(&mut out)
+                    .map_err(|d| self.fail(d.to_string(), true))?;
                 self.done = true;
             } else {
                 let piece = self.raw.split_to(self.raw.len().min(RAW_PIECE));
