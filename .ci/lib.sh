@@ -155,6 +155,29 @@ for line in sys.stdin:
   (cd "$CI_ROOT/$dir" && "$bin" "$@")
 }
 
+# python_env: target/py/bin/python, a venv holding pytest and the `courant` package built
+# from client/python (maturin, debug profile: the tests check behaviour, not speed), made
+# once; a lock keeps two steps from building it at the same time.
+python_env() {
+  local venv="$CI_ROOT/target/py"
+  mkdir -p "$CI_ROOT/target"
+  (
+    flock 9
+    if [ ! -e "$venv/.courant-built" ]; then
+      need python3
+      echo "building the courant Python package into target/py" >&2
+      python3 -m venv "$venv" >&2 || die "cannot create the venv target/py"
+      "$venv/bin/pip" install --quiet --disable-pip-version-check pytest maturin==1.16.0 >&2 ||
+        die "cannot install pytest and maturin into target/py"
+      (cd "$CI_ROOT/client/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
+        CARGO_TARGET_DIR="$CI_ROOT/target/python" timeout 1800 maturin develop --quiet) >&2 ||
+        die "cannot build the courant Python package"
+      touch "$venv/.courant-built"
+    fi
+  ) 9>"$CI_ROOT/target/py.lock" || return 1
+  echo "$venv/bin/python"
+}
+
 # go_tool NAME: target/go-bin/NAME, `go install`ed once from the module that pins it at
 # v0.103.0 with a `tool` directive (gazctl: tests/go; gazette: bench/go). `go install
 # pkg@version` outside a module is not usable here: the registry mirror refuses the

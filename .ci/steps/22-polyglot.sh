@@ -34,9 +34,9 @@
 # it, it says so and Gazette's broker listens on every interface.
 #
 # Knobs: POLYGLOT_BROKERS (default "courant gazette"), COURANT_PY (the Python interpreter
-# with the `courant` module; default: python3 if it imports courant), POLYGLOT_PY_PUBLISH /
-# POLYGLOT_PY_CONSUME (the Python programs; default tests/python/polyglot_publish.py and
-# tests/python/polyglot_consume.py), PY_REQUIRE_OUTCOMES (Sequencer outcomes the Go reader
+# with the `courant` module; default: target/py, built by .ci/lib.sh's python_env), POLYGLOT_PY_PUBLISH /
+# POLYGLOT_PY_CONSUME (the Python programs; default client/python/examples/publish.py and
+# client/python/examples/consume.py), PY_REQUIRE_OUTCOMES (Sequencer outcomes the Go reader
 # must see in the Python publisher's journals; default ackRollback), COURANT_TPC_CORES.
 # Logs: target/polyglot/logs (broker logs printed on failure). About 1 minute.
 set -euo pipefail
@@ -89,6 +89,15 @@ prepare() {
     export ETCD_BIN
   fi
   COURANT_BIN=$(realpath "$COURANT_BIN")
+  # The courant Python package (target/py, built once by .ci/lib.sh's python_env), before
+  # any network namespace: its build installs from the package registry.
+  if [ -z "${COURANT_PY:-}" ]; then
+    COURANT_PY=$(CI_ROOT="$ROOT" bash -c '. .ci/lib.sh && python_env') || {
+      echo "error: the courant Python package did not build" >&2
+      exit 1
+    }
+  fi
+  export COURANT_PY
 }
 
 want_broker() { [[ " ${POLYGLOT_BROKERS:-courant gazette} " == *" $1 "* ]]; }
@@ -247,19 +256,12 @@ start_gazette() { # -> ADDRESS, BROKER_LOG; starts etcd first.
 PY="" PY_WHY=""
 python_ready() {
   PY="${COURANT_PY:-}"
-  if [ -z "$PY" ]; then
-    if command -v python3 >/dev/null 2>&1 && python3 -c 'import courant' >/dev/null 2>&1; then
-      PY=python3
-    else
-      PY_WHY="no Python with the courant module (set COURANT_PY, or install it for python3)"
-      return 1
-    fi
-  elif ! "$PY" -c 'import courant' >/dev/null 2>&1; then
-    PY_WHY="COURANT_PY=$PY cannot import courant"
+  if [ -z "$PY" ] || ! "$PY" -c 'import courant' >/dev/null 2>&1; then
+    PY_WHY="no Python with the courant module (COURANT_PY=${PY:-unset})"
     return 1
   fi
-  PY_PUBLISH="${POLYGLOT_PY_PUBLISH:-$ROOT/tests/python/polyglot_publish.py}"
-  PY_CONSUME="${POLYGLOT_PY_CONSUME:-$ROOT/tests/python/polyglot_consume.py}"
+  PY_PUBLISH="${POLYGLOT_PY_PUBLISH:-$ROOT/client/python/examples/publish.py}"
+  PY_CONSUME="${POLYGLOT_PY_CONSUME:-$ROOT/client/python/examples/consume.py}"
   local f
   for f in "$PY_PUBLISH" "$PY_CONSUME"; do
     if [ ! -f "$f" ]; then
@@ -273,7 +275,7 @@ python_ready() {
 python_publish() {
   local broker=$1 address=$2 expect="$SCRATCH/$1-py-expect.json"
   if ! python_ready; then
-    skip "$broker: Python publisher -> Go reader: $PY_WHY"
+    fail "$broker: Python publisher -> Go reader: $PY_WHY"
     return
   fi
   check "$broker: Python publish" 0 "" \
@@ -288,7 +290,7 @@ python_publish() {
 python_consume() {
   local broker=$1 address=$2 expect=$3 observed="$SCRATCH/$1-py-observed.jsonl"
   if ! python_ready; then
-    skip "$broker: Go publisher -> Python consumer: $PY_WHY"
+    fail "$broker: Go publisher -> Python consumer: $PY_WHY"
     return
   fi
   check "$broker: Python consume" 0 "" \
