@@ -3,6 +3,24 @@
 //! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
 //! layer implements (and tests implement in memory).
 
+pub mod checkpoint;
+pub mod csv;
+pub mod framing;
+pub mod memory;
+pub mod proto;
+pub mod publisher;
+pub mod reader;
+pub mod sequencer;
+pub mod uuid;
+
+pub use checkpoint::{Checkpoint, ProducerEntry, Source};
+pub use framing::{Frame, Framing, FramingOptions, Limits, Message, Unframer};
+pub use proto::{ProtoUuid, ProtoUuidField, UuidEncoding};
+pub use publisher::{AckIntent, Publisher};
+pub use reader::ReadCommitted;
+pub use sequencer::{Envelope, JournalProducer, ProducerState, QueueOutcome, Sequencer};
+pub use uuid::{Clock, Flags, ProducerId, Uuid};
+
 use crate::Error;
 use bytes::Bytes;
 use std::future::Future;
@@ -43,3 +61,6 @@ pub trait ByteSource: Send {
     /// non-blocking read.
     fn next_chunk(&mut self) -> impl Future<Output = Result<Option<(i64, Bytes)>, Error>> + Send;
 }
+
+#[cfg(test)]
+mod tests;
