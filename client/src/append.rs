@@ -212,7 +212,14 @@ fn classify_error(journal: &str, e: RpcError, committed: bool, bytes: usize) -> 
 
 fn check_request(req: &AppendRequest) -> Result<(), Error> {
     validate_journal_name(&req.journal)
-        .map_err(|e| Error::Invalid(format!("journal {:?}: invalid name: {e}", req.journal)))
+        .map_err(|e| Error::Invalid(format!("journal {:?}: invalid name: {e}", req.journal)))?;
+    if !req.content.is_empty() {
+        return Err(Error::Invalid(format!(
+            "journal {}: the append's first message carries no content; pass content as chunks",
+            req.journal
+        )));
+    }
+    Ok(())
 }
 
 /// Opens the Append call and sends its first message (no content).

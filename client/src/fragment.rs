@@ -326,4 +326,185 @@ mod tests {
         let (detail, retry) = open_file(&root, "/j/missing").await.unwrap_err();
         assert!(detail.contains("j/missing") && retry, "{detail}");
     }
+
+    use std::io::Write;
+    use tokio::io::AsyncWriteExt;
+
+    /// Serves one HTTP/1.1 response on a loopback port; the task returns the request head.
+    async fn serve_once(
+        status: &str,
+        headers: &str,
+        body: Vec<u8>,
+    ) -> (String, tokio::task::JoinHandle<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/bucket/a/jj/frag?X-Amz-Signature=secret",
+            listener.local_addr().unwrap()
+        );
+        let head = format!(
+            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n",
+            body.len()
+        );
+        let task = tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.ends_with(b"\r\n\r\n") {
+                let n = tcp.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before its request ended");
+                req.extend_from_slice(&buf[..n]);
+            }
+            tcp.write_all(head.as_bytes()).await.unwrap();
+            tcp.write_all(&body).await.unwrap();
+            String::from_utf8_lossy(&req).to_lowercase()
+        });
+        (url, task)
+    }
+
+    fn fragment(codec: CompressionCodec, begin: i64, len: usize) -> Fragment {
+        Fragment {
+            journal: "a/jj".into(),
+            begin,
+            end: begin + len as i64,
+            compression_codec: codec as i32,
+            ..Default::default()
+        }
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn test_client() -> Client {
+        Client::new(&["http://127.0.0.1:1"]).unwrap()
+    }
+
+    async fn drain(opened: Opened) -> Result<Vec<(i64, Bytes)>, FetchError> {
+        let Opened::Reader(mut r) = opened else {
+            panic!("an http URL opens a reader");
+        };
+        let mut out = Vec::new();
+        while let Some(chunk) = r.next_chunk().await? {
+            out.push(chunk);
+        }
+        Ok(out)
+    }
+
+    fn joined(chunks: &[(i64, Bytes)]) -> Vec<u8> {
+        chunks.iter().flat_map(|(_, b)| b.to_vec()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_refused_signed_url_names_the_journal_and_offset() {
+        let (url, server) =
+            serve_once("403 Forbidden", "", b"<Error>AccessDenied</Error>".to_vec()).await;
+        let f = fragment(CompressionCodec::None, 0, 10);
+        let Err(e) = open(&test_client(), "a/jj", &f, &url, 5).await else {
+            panic!("a 403 is an error");
+        };
+        server.await.unwrap();
+        assert!(!e.retry, "a refused URL is not retried");
+        let text = e.error.to_string();
+        assert!(
+            text.starts_with("journal a/jj at offset 5: fragment http://"),
+            "{text}"
+        );
+        assert!(text.contains("403 Forbidden"), "{text}");
+        assert!(
+            !text.contains("secret"),
+            "signed URLs' queries stay out of messages: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn gzip_fragments_are_asked_for_encoded_and_skipped_to_the_offset() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        let (url, server) = serve_once("200 OK", "", gzip(&data)).await;
+        let f = fragment(CompressionCodec::Gzip, 100, data.len());
+        let opened = open(&test_client(), "a/jj", &f, &url, 137)
+            .await
+            .ok()
+            .unwrap();
+        let chunks = drain(opened).await.ok().unwrap();
+        assert!(server.await.unwrap().contains("accept-encoding: gzip"));
+        assert_eq!(chunks[0].0, 137);
+        assert!(joined(&chunks) == data[37..]);
+    }
+
+    #[tokio::test]
+    async fn offload_fragments_are_decoded_only_if_the_store_did_not() {
+        let data = b"offloaded content".repeat(100);
+        // The store decompressed, as asked.
+        let (url, server) = serve_once("200 OK", "", data.clone()).await;
+        let f = fragment(CompressionCodec::GzipOffloadDecompression, 0, data.len());
+        let chunks = drain(
+            open(&test_client(), "a/jj", &f, &url, 0)
+                .await
+                .ok()
+                .unwrap(),
+        )
+        .await
+        .ok()
+        .unwrap();
+        assert!(server.await.unwrap().contains("accept-encoding: identity"));
+        assert_eq!(joined(&chunks), data);
+        // The store ignored the header and sent the gzip bytes.
+        let (url, server) = serve_once("200 OK", "content-encoding: gzip\r\n", gzip(&data)).await;
+        let chunks = drain(
+            open(&test_client(), "a/jj", &f, &url, 0)
+                .await
+                .ok()
+                .unwrap(),
+        )
+        .await
+        .ok()
+        .unwrap();
+        server.await.unwrap();
+        assert_eq!(joined(&chunks), data);
+    }
+
+    #[tokio::test]
+    async fn objects_shorter_or_longer_than_their_fragment_are_errors() {
+        let (url, server) = serve_once("200 OK", "", vec![7; 90]).await;
+        let f = fragment(CompressionCodec::None, 0, 100);
+        let Err(e) = drain(
+            open(&test_client(), "a/jj", &f, &url, 0)
+                .await
+                .ok()
+                .unwrap(),
+        )
+        .await
+        else {
+            panic!("a short object is an error");
+        };
+        server.await.unwrap();
+        assert!(
+            e.error
+                .to_string()
+                .contains("ended at offset 90 before the fragment's end 100"),
+            "{}",
+            e.error
+        );
+        let (url, server) = serve_once("200 OK", "", vec![7; 110]).await;
+        let Err(e) = drain(
+            open(&test_client(), "a/jj", &f, &url, 0)
+                .await
+                .ok()
+                .unwrap(),
+        )
+        .await
+        else {
+            panic!("a long object is an error");
+        };
+        server.await.unwrap();
+        assert!(
+            e.error
+                .to_string()
+                .contains("holds more than the fragment's 100 bytes"),
+            "{}",
+            e.error
+        );
+    }
 }

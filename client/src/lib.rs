@@ -22,6 +22,7 @@ mod codec;
 pub mod endpoint;
 pub mod error;
 mod fragment;
+mod fragments;
 pub mod message;
 mod pool;
 pub mod read;
@@ -35,3 +36,25 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use protocol;
 pub use read::{ReadStream, RetryReader};
+
+#[cfg(test)]
+mod tests {
+    /// What a binding (Python, other runtimes) needs: every public type can cross threads.
+    #[test]
+    fn public_types_are_send() {
+        fn send<T: Send>() {}
+        fn shared<T: Send + Sync>() {}
+        shared::<super::Client>();
+        shared::<super::AppendService>();
+        send::<super::RetryReader>();
+        send::<super::ReadStream>();
+        send::<super::ListWatch>();
+        send::<super::message::AppendTicket>();
+        shared::<super::Error>();
+    }
+}
+
+/// The README's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -27,7 +27,7 @@ pub struct ReadStream {
 
 impl Client {
     /// Starts one Read RPC for `req` (no retries: see [`RetryReader`]), at a member of the
-    /// journal's cached Route, or `route` if given.
+    /// journal's cached Route if there is one.
     pub async fn read(&self, req: ReadRequest) -> Result<ReadStream, Error> {
         check_read(&req)?;
         let (_, call) = self
@@ -135,6 +135,8 @@ pub struct RetryReader {
     write_head: i64,
     /// `JOURNAL_NOT_FOUND` answers since the last success.
     not_found: u32,
+    /// Fragments opened directly from their stores.
+    fetched: u64,
 }
 
 impl RetryReader {
@@ -162,6 +164,12 @@ impl RetryReader {
     /// `do_not_proxy` is set as Gazette's consumers set it: when the client routes.
     pub fn with_request(client: &Client, mut req: ReadRequest) -> Result<RetryReader, Error> {
         check_read(&req)?;
+        if req.metadata_only {
+            return Err(Error::Invalid(format!(
+                "journal {}: a RetryReader reads content; use Client::read for metadata-only reads",
+                req.journal
+            )));
+        }
         req.do_not_proxy = client.routing();
         Ok(RetryReader {
             client: client.clone(),
@@ -172,6 +180,7 @@ impl RetryReader {
             fragment: None,
             write_head: 0,
             not_found: 0,
+            fetched: 0,
             req,
         })
     }
@@ -193,6 +202,12 @@ impl RetryReader {
     /// The journal's write head, as of the last metadata response.
     pub fn write_head(&self) -> i64 {
         self.write_head
+    }
+
+    /// How many persisted fragments this reader fetched directly from their stores
+    /// (rather than through a broker).
+    pub fn fragments_fetched(&self) -> u64 {
+        self.fetched
     }
 
     /// Restarts the read at `offset` (a seek).
@@ -372,6 +387,7 @@ impl RetryReader {
         .await
         {
             Ok(Opened::Reader(reader)) => {
+                self.fetched += 1;
                 self.fragment = Some(reader.fragment().clone());
                 self.source = Source::Direct(reader);
                 Step::Continue
@@ -467,8 +483,17 @@ mod tests {
             end_offset: 5,
             ..Default::default()
         };
-        let err = RetryReader::with_request(&client, req).err().unwrap();
+        let err = RetryReader::with_request(&client, req.clone())
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("end offset 5 is before"), "{err}");
+        let req = ReadRequest {
+            end_offset: 0,
+            metadata_only: true,
+            ..req
+        };
+        let err = RetryReader::with_request(&client, req).err().unwrap();
+        assert!(err.to_string().contains("metadata-only"), "{err}");
         // Routing clients ask brokers not to proxy, as Gazette's consumers do.
         let reader = RetryReader::new(&client, "a/jj", 0, false).unwrap();
         assert!(reader.req.do_not_proxy);
