@@ -25,7 +25,8 @@ pub enum Error {
     /// The broker answered with a non-OK `protocol.Status` that is not retried.
     #[error("journal {journal}: broker status {status}")]
     Status { journal: String, status: String },
-    /// Bytes of a journal could not be framed or decoded as messages.
+    /// Bytes of a journal could not be framed or decoded as messages, or the journal's
+    /// content type has no framing (then `offset` is -1).
     #[error("journal {journal} at offset {offset}: {detail}")]
     Framing {
         journal: String,

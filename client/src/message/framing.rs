@@ -305,6 +305,10 @@ pub struct Unframer {
     offset: i64,
     /// Go's CSV reader requires every record to have as many fields as the first.
     csv_fields: Option<usize>,
+    /// Bytes of `buf` known to hold no line end (JSON), so that a long message arriving in
+    /// many chunks is scanned once.
+    json_scanned: usize,
+    csv_scanner: csv::RecordScanner,
 }
 
 impl Unframer {
@@ -317,7 +321,14 @@ impl Unframer {
             buf: BytesMut::new(),
             offset,
             csv_fields: None,
+            json_scanned: 0,
+            csv_scanner: csv::RecordScanner::default(),
         }
+    }
+
+    /// The limits this unframer applies.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// The framing this unframer reads.
@@ -349,6 +360,8 @@ impl Unframer {
     pub fn reset(&mut self, offset: i64) {
         self.buf.clear();
         self.offset = offset;
+        self.json_scanned = 0;
+        self.csv_scanner = csv::RecordScanner::default();
     }
 
     /// An error if bytes remain that never completed a message (end of a bounded read).
@@ -416,14 +429,15 @@ impl Unframer {
 
     /// The length of the next whole message and the range of its body, `Some((len, None))`
     /// for bytes to skip (a blank CSV line), or `None` when more bytes are needed.
-    fn cut(&self) -> Result<Option<Cut>, Error> {
+    fn cut(&mut self) -> Result<Option<Cut>, Error> {
         let found = match &self.framing {
-            Framing::JsonLines { .. } => self
-                .buf
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| (i + 1, Some(0..i + 1))),
-            Framing::Csv => csv::record_len(&self.buf).map(|n| {
+            Framing::JsonLines { .. } => {
+                let from = self.json_scanned;
+                let found = self.buf[from..].iter().position(|&b| b == b'\n');
+                self.json_scanned = if found.is_some() { 0 } else { self.buf.len() };
+                found.map(|i| (from + i + 1, Some(0..from + i + 1)))
+            }
+            Framing::Csv => self.csv_scanner.scan(&self.buf).map(|n| {
                 let blank = csv::is_blank(&self.buf[..n]);
                 (n, (!blank).then_some(0..n))
             }),

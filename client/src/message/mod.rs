@@ -1,7 +1,20 @@
 //! Gazette's `message` package (go.gazette.dev/core/message), bit for bit.
+//! `docs/message-protocol.md` describes the protocol itself, for other languages.
+//!
+//! - [`uuid`]: v1 UUIDs made of a [`ProducerId`], a [`Clock`] and [`Flags`].
+//! - [`framing`]: a journal's `content-type` picks its [`Framing`] (JSON lines, fixed
+//!   protobuf frames with [`proto`]'s UUID locator, [`csv`] records); an [`Unframer`] cuts
+//!   bytes into messages, bounded by [`Limits`].
+//! - [`publisher`]: the [`Publisher`], with transactions and their ACK intents.
+//! - [`sequencer`]: the read-committed [`Sequencer`].
+//! - [`checkpoint`]: a consumer's [`Checkpoint`], in Gazette's protobuf or JSON.
+//! - [`reader`]: [`ReadCommitted`], a journal's committed messages, resumable.
+//! - [`memory`]: in-memory journals for tests.
 //!
 //! This layer reaches journals only through [`Appender`] and [`ByteSource`], which the journal
-//! layer implements (and tests implement in memory).
+//! layer implements (and [`memory`] implements in memory).
+//!
+//! Lives on: the tasks that publish and read; nothing here is shared between them.
 
 pub mod checkpoint;
 pub mod csv;

@@ -211,6 +211,9 @@ impl<A: Appender> Publisher<A> {
             let clock = match self.acknowledged.get(&t.journal) {
                 Some(&clock) => clock,
                 // Readers start a producer they have not seen at its first clock less one.
+                // If they had seen it (this publisher restarted), that clock is above their
+                // bound and below every pending clock: an ACK there commits none of them,
+                // which drops them just the same.
                 None => Clock(t.first_clock.0 - 1),
             };
             intents.push(self.intent(&t, clock)?);

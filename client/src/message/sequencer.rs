@@ -5,15 +5,17 @@
 //! Per journal and producer it keeps a partial sequence: the last acknowledged clock
 //! (`min_clock`, exclusive), the largest clock queued (`max_clock`, inclusive), the offset
 //! where the pending span began (`begin`, or -1), and the span's messages. Where Go keeps a
-//! fixed ring of recent messages and re-reads the journal ("replay") when a span outgrew it,
-//! this sequencer keeps each pending span whole, within a byte budget
-//! ([`Sequencer::with_budget`]); it releases the same messages in the same order.
+//! fixed ring of recent messages, this sequencer keeps pending spans within a byte budget
+//! ([`Sequencer::with_budget`]), evicting the oldest held messages past it. As in Go, a
+//! committed span whose first messages were evicted must be re-read from the journal
+//! ("replay": [`Sequencer::replay_range`], [`Sequencer::replay`]). It releases the same
+//! messages in the same order as Go.
 //!
 //! A sequencer restored from a [`Checkpoint`](super::checkpoint::Checkpoint) expects the
 //! journal again from the checkpoint's start offset, which may lie before the read-through
 //! offset when a span was pending. Messages before the read-through offset were sequenced
 //! already: only the pending spans' messages among them are taken back ("catch-up"), which
-//! does what Go's replay does.
+//! does what Go's replay after a restore does, without a second read.
 //!
 //! Lives on: the task that reads; not shared.
 
@@ -68,9 +70,12 @@ pub enum QueueOutcome {
     AckRollback,
     /// An ACK_TXN with no span before it: dequeue now (only the ACK itself).
     AckEmpty,
-    /// An ACK_TXN committing its span through its clock: dequeue now. (Go tells
-    /// `AckCommitRing` from `AckCommitReplay`; spans here are always whole.)
+    /// An ACK_TXN committing its span through its clock, all of it held: dequeue now (Go's
+    /// `QueueAckCommitRing`).
     AckCommit,
+    /// An ACK_TXN committing its span, whose first messages were evicted: replay
+    /// [`Sequencer::replay_range`], then dequeue.
+    AckCommitReplay,
     /// A message before the read-through offset, re-read after a restore, that belongs to a
     /// span still pending in the checkpoint: taken back into that span.
     CatchUpContinue,
@@ -83,7 +88,10 @@ impl QueueOutcome {
     pub fn commits(self) -> bool {
         matches!(
             self,
-            QueueOutcome::OutsideCommit | QueueOutcome::AckEmpty | QueueOutcome::AckCommit
+            QueueOutcome::OutsideCommit
+                | QueueOutcome::AckEmpty
+                | QueueOutcome::AckCommit
+                | QueueOutcome::AckCommitReplay
         )
     }
 }
@@ -95,6 +103,8 @@ struct Partial {
     max_clock: Clock,
     begin: i64,
     span: VecDeque<Envelope>,
+    /// Whether the span's first messages were evicted (they must be replayed at commit).
+    evicted: bool,
 }
 
 impl Partial {
@@ -104,6 +114,7 @@ impl Partial {
             max_clock: clock,
             begin: -1,
             span: VecDeque::new(),
+            evicted: false,
         }
     }
 }
@@ -118,6 +129,8 @@ struct Emit {
     queue: VecDeque<Envelope>,
     /// End offset of the message that committed the sequence.
     end: i64,
+    /// `[begin, end)` of the journal to replay before `queue`: the span's evicted messages.
+    replay: Option<(i64, i64)>,
 }
 
 /// Sequences read-uncommitted messages into read-committed ones.
@@ -132,9 +145,14 @@ pub struct Sequencer {
     emit: Option<Emit>,
     budget: usize,
     buffered: usize,
+    /// Held messages (journal, producer, begin) in the order they arrived, oldest first: the
+    /// eviction order. Entries of messages no longer held are skipped, and compacted away.
+    arrivals: VecDeque<(JournalProducer, i64)>,
+    /// Messages held in spans.
+    held: usize,
 }
 
-/// Default bytes of pending spans a sequencer holds before refusing more.
+/// Default bytes of pending spans a sequencer holds before evicting the oldest.
 pub const DEFAULT_BUDGET: usize = 256 << 20;
 
 impl Default for Sequencer {
@@ -165,17 +183,20 @@ impl Sequencer {
             emit: None,
             budget: DEFAULT_BUDGET,
             buffered: 0,
+            arrivals: VecDeque::new(),
+            held: 0,
         }
     }
 
-    /// Sets the bytes of pending spans held before [`Sequencer::queue_uncommitted`] fails.
+    /// Sets the bytes of pending spans held before the oldest are evicted (they are then
+    /// replayed from the journal when their span commits).
     pub fn with_budget(mut self, bytes: usize) -> Sequencer {
         self.budget = bytes;
         self
     }
 
     /// Applies the next read-uncommitted message. Fails if committed messages still wait to
-    /// be dequeued, or if a pending span outgrows the budget.
+    /// be dequeued.
     pub fn queue_uncommitted(&mut self, env: Envelope) -> Result<QueueOutcome, Error> {
         if self.emit.is_some() {
             return Err(sequencer_error(
@@ -205,23 +226,20 @@ impl Sequencer {
             .entry(jp.clone())
             .or_insert_with(|| Partial::settled(Clock(clock.0 - 1)));
         let outcome = decide(partial, env.uuid.flags(), clock);
-        self.apply(jp, env, clock, outcome)?;
-        Ok(outcome)
+        self.apply(jp, env, clock, outcome);
+        match &self.emit {
+            Some(emit) if emit.replay.is_some() => Ok(QueueOutcome::AckCommitReplay),
+            _ => Ok(outcome),
+        }
     }
 
-    fn apply(
-        &mut self,
-        jp: JournalProducer,
-        env: Envelope,
-        clock: Clock,
-        outcome: QueueOutcome,
-    ) -> Result<(), Error> {
+    fn apply(&mut self, jp: JournalProducer, env: Envelope, clock: Clock, outcome: QueueOutcome) {
         use QueueOutcome as Q;
         let end = env.end;
         match outcome {
             Q::OutsideAlreadyAcked | Q::ContinueAlreadyAcked | Q::ContinueTxnClockLarger => {}
             Q::ContinueBeginSpan | Q::ContinueExtendSpan => {
-                self.reserve(&env)?;
+                self.reserve(&jp, &env);
                 let partial = self
                     .partials
                     .get_mut(&jp)
@@ -249,15 +267,17 @@ impl Sequencer {
                     self.release(partial.span.iter());
                     partial.span.clear();
                     partial.begin = env.begin;
+                    partial.evicted = false;
                 }
                 partial.max_clock = clock;
                 self.start_emit(jp, true, partial, env);
-                return Ok(());
+                return;
             }
-            Q::CatchUpContinue | Q::AlreadySequenced => unreachable!("decided by catch_up"),
+            Q::AckCommitReplay | Q::CatchUpContinue | Q::AlreadySequenced => {
+                unreachable!("not decided by decide()")
+            }
         }
         self.offsets.insert(jp.journal, end);
-        Ok(())
     }
 
     /// Moves a committed span out for dequeue; its state returns to `partials` when done.
@@ -272,6 +292,12 @@ impl Sequencer {
         let mut queue = std::mem::take(&mut partial.span);
         self.release(queue.iter());
         queue.push_back(env);
+        // The span's first messages were evicted if the first held is not where it began.
+        let first = queue
+            .front()
+            .expect("the committing message is queued")
+            .begin;
+        let replay = (partial.evicted && first != partial.begin).then_some((partial.begin, first));
         if tracked {
             self.partials.insert(jp.clone(), partial);
             partial = Partial::default();
@@ -282,6 +308,7 @@ impl Sequencer {
             untracked: partial,
             queue,
             end,
+            replay,
         });
     }
 
@@ -297,33 +324,99 @@ impl Sequencer {
         if !takes {
             return Ok(QueueOutcome::AlreadySequenced);
         }
-        self.reserve(&env)?;
+        self.reserve(&jp, &env);
         let partial = self.partials.get_mut(&jp).expect("checked above");
         partial.span.push_back(env);
         partial.max_clock = clock;
         Ok(QueueOutcome::CatchUpContinue)
     }
 
-    fn reserve(&mut self, env: &Envelope) -> Result<(), Error> {
+    /// Makes room for `env` in the budget by evicting the oldest held messages, and records
+    /// its arrival. A message larger than the whole budget is still held.
+    fn reserve(&mut self, jp: &JournalProducer, env: &Envelope) {
         let size = env_size(env);
-        if self.buffered + size > self.budget {
-            return Err(sequencer_error(
-                env,
-                format!(
-                    "pending transactions hold {} bytes, over the sequencer's budget of {} bytes \
-                     (a producer left a very long transaction open; raise the budget)",
-                    self.buffered + size,
-                    self.budget
-                ),
-            ));
+        while self.buffered + size > self.budget {
+            let Some((old_jp, begin)) = self.arrivals.pop_front() else {
+                break;
+            };
+            let Some(partial) = self.partials.get_mut(&old_jp) else {
+                continue;
+            };
+            if partial.span.front().is_some_and(|e| e.begin == begin) {
+                let evicted = partial.span.pop_front().expect("checked above");
+                partial.evicted = true;
+                self.buffered = self.buffered.saturating_sub(env_size(&evicted));
+                self.held -= 1;
+            }
         }
         self.buffered += size;
-        Ok(())
+        self.held += 1;
+        self.arrivals.push_back((jp.clone(), env.begin));
+        if self.arrivals.len() > 1024 && self.arrivals.len() > 4 * self.held {
+            self.compact_arrivals();
+        }
+    }
+
+    /// Rebuilds the arrival order from the messages still held. Offsets give the order within
+    /// a journal; across journals the order only decides which span is replayed first.
+    fn compact_arrivals(&mut self) {
+        let mut live: Vec<(JournalProducer, i64)> = self
+            .partials
+            .iter()
+            .flat_map(|(jp, p)| p.span.iter().map(move |e| (jp.clone(), e.begin)))
+            .collect();
+        live.sort_by_key(|(_, begin)| *begin);
+        self.arrivals = live.into();
     }
 
     fn release<'a>(&mut self, envs: impl Iterator<Item = &'a Envelope>) {
         for env in envs {
             self.buffered = self.buffered.saturating_sub(env_size(env));
+            self.held = self.held.saturating_sub(1);
+        }
+    }
+
+    /// The journal and `[begin, end)` offsets to replay before the committed sequence can be
+    /// dequeued (Go `ReplayRange`), or `None` if no replay is due.
+    pub fn replay_range(&self) -> Option<(String, i64, i64)> {
+        let emit = self.emit.as_ref()?;
+        let (begin, end) = emit.replay?;
+        Some((emit.jp.journal.clone(), begin, end))
+    }
+
+    /// Takes the next message read from the replay range (every producer's, in order):
+    /// returns it if it is to be delivered now, as [`Sequencer::dequeue`] would.
+    pub fn replay(&mut self, env: Envelope) -> Result<Option<Envelope>, Error> {
+        let Some(emit) = self.emit.as_mut() else {
+            return Err(sequencer_error(&env, "no replay is due".into()));
+        };
+        let Some((begin, end)) = emit.replay else {
+            return Err(sequencer_error(&env, "no replay is due".into()));
+        };
+        let partial = self
+            .partials
+            .get_mut(&emit.jp)
+            .expect("emitting partial is indexed");
+        let detail = if env.journal != emit.jp.journal {
+            format!("replay of wrong journal (expected {})", emit.jp.journal)
+        } else if env.begin < begin.max(partial.begin) || env.end > end {
+            format!("replay outside of its range [{begin}, {end})")
+        } else {
+            String::new()
+        };
+        if !detail.is_empty() {
+            return Err(sequencer_error(&env, detail));
+        }
+        if env.uuid.producer() != emit.jp.producer {
+            return Ok(None); // Other producers' messages are interleaved in the range.
+        }
+        Ok(take_if_committed(partial, env))
+    }
+
+    /// Ends the replay; [`Sequencer::dequeue`] then goes on with the messages held.
+    pub fn finish_replay(&mut self) {
+        if let Some(emit) = self.emit.as_mut() {
+            emit.replay = None;
         }
     }
 
@@ -331,8 +424,14 @@ impl Sequencer {
     /// `Step`). A returned message counts as processed: a checkpoint taken after it does not
     /// deliver it again. Go's Step counts it only at the next Step; both checkpoints resume
     /// to the same deliveries.
+    ///
+    /// While a replay is due ([`Sequencer::replay_range`]), it returns `None` and the
+    /// sequence stays open.
     pub fn dequeue(&mut self) -> Option<Envelope> {
         let emit = self.emit.as_mut()?;
+        if emit.replay.is_some() {
+            return None;
+        }
         let partial = match emit.tracked {
             true => self
                 .partials
@@ -340,25 +439,40 @@ impl Sequencer {
                 .expect("emitting partial is indexed"),
             false => &mut emit.untracked,
         };
+        let mut taken = None;
         while let Some(env) = emit.queue.pop_front() {
-            let clock = env.uuid.clock();
-            if clock != Clock(0) && clock <= partial.min_clock {
-                continue; // A duplicate within the span.
+            taken = take_if_committed(partial, env);
+            if taken.is_some() {
+                break;
             }
-            if clock > partial.max_clock && clock != Clock(0) {
-                continue; // Above the acknowledged clock: rolled back.
-            }
-            partial.min_clock = clock;
-            partial.begin = env.begin;
-            return Some(env);
         }
-        // Only now does the read-through offset pass the committing message, so that a
-        // checkpoint taken mid-sequence makes a restored reader see that message again.
-        *partial = Partial::settled(partial.min_clock);
-        let emit = self.emit.take().expect("emit is set");
-        self.offsets.insert(emit.jp.journal.clone(), emit.end);
-        self.pending.remove(&emit.jp);
-        None
+        // Drop what follows that will never be delivered, so that the sequence closes as
+        // soon as its last message is taken, and a checkpoint then shows it closed.
+        while emit.queue.front().is_some_and(|e| !deliverable(partial, e)) {
+            emit.queue.pop_front();
+        }
+        if emit.queue.is_empty() {
+            // Only now does the read-through offset pass the committing message, so that a
+            // checkpoint taken mid-sequence makes a restored reader see that message again.
+            *partial = Partial::settled(partial.min_clock);
+            let emit = self.emit.take().expect("emit is set");
+            self.offsets.insert(emit.jp.journal.clone(), emit.end);
+            self.pending.remove(&emit.jp);
+        }
+        taken
+    }
+
+    /// The message [`Sequencer::dequeue`] would return next, if it is already known.
+    pub fn peek(&self) -> Option<&Envelope> {
+        let emit = self.emit.as_ref().filter(|e| e.replay.is_none())?;
+        let partial = match emit.tracked {
+            true => self
+                .partials
+                .get(&emit.jp)
+                .expect("emitting partial is indexed"),
+            false => &emit.untracked,
+        };
+        emit.queue.iter().find(|e| deliverable(partial, e))
     }
 
     /// Whether committed messages wait to be dequeued.
@@ -423,6 +537,23 @@ impl Sequencer {
         self.pending.clear();
         (self.offsets.clone(), states)
     }
+}
+
+/// Go's `Step` checks: the message is delivered unless it duplicates one delivered (its
+/// clock at or below `min_clock`) or was rolled back (above `max_clock`). Delivering tightens
+/// the partial to it.
+fn take_if_committed(partial: &mut Partial, env: Envelope) -> Option<Envelope> {
+    if !deliverable(partial, &env) {
+        return None;
+    }
+    partial.min_clock = env.uuid.clock();
+    partial.begin = env.begin;
+    Some(env)
+}
+
+fn deliverable(partial: &Partial, env: &Envelope) -> bool {
+    let clock = env.uuid.clock();
+    clock == Clock(0) || (clock > partial.min_clock && clock <= partial.max_clock)
 }
 
 /// Go's decision table, on the producer's partial sequence before the message.
@@ -538,11 +669,21 @@ mod tests {
     fn txn_sequence_cases() {
         let (mut g, mut seq) = (Gen::default(), Sequencer::default());
         let (a, b) = (producer(0xa0), producer(0xb0));
+        txn_sequence_cases_first_half(&mut g, &mut seq, a, b);
+        txn_sequence_cases_second_half(&mut g, &mut seq, a, b);
+    }
 
+    /// Go's TestSequencerTxnSequenceCases, through "Interleaved producer ACKs".
+    fn txn_sequence_cases_first_half(
+        g: &mut Gen,
+        seq: &mut Sequencer,
+        a: ProducerId,
+        b: ProducerId,
+    ) {
         // Sequence with internal duplicates.
         let (a1, a2) = (g.env(a, 1, CONT), g.env(a, 2, CONT));
         let (a1d, a2d, a3ack) = (g.env(a, 1, CONT), g.env(a, 2, CONT), g.env(a, 3, ACK));
-        let outcomes = queue(&mut seq, &[&a1, &a2, &a1d, &a2d, &a3ack]);
+        let outcomes = queue(seq, &[&a1, &a2, &a1d, &a2d, &a3ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueExtendSpan,
@@ -552,24 +693,24 @@ mod tests {
             outcomes,
             [&expect[..], &[ContinueTxnClockLarger, AckCommit]].concat()
         );
-        expect_deque(&mut seq, &[&a1, &a2, &a3ack]);
+        expect_deque(seq, &[&a1, &a2, &a3ack]);
         assert!(!seq.has_pending());
 
         // ACK without a preceding CONTINUE.
         let a4ack = g.env(a, 4, ACK);
-        assert_eq!(queue(&mut seq, &[&a4ack]), [AckEmpty]);
-        expect_deque(&mut seq, &[&a4ack]);
+        assert_eq!(queue(seq, &[&a4ack]), [AckEmpty]);
+        expect_deque(seq, &[&a4ack]);
 
         // Partial ACK of preceding messages.
         let (a5, a7no, a6ack) = (g.env(a, 5, CONT), g.env(a, 7, CONT), g.env(a, 6, ACK));
-        let outcomes = queue(&mut seq, &[&a5, &a7no, &a6ack]);
+        let outcomes = queue(seq, &[&a5, &a7no, &a6ack]);
         assert_eq!(outcomes, [ContinueBeginSpan, ContinueExtendSpan, AckCommit]);
-        expect_deque(&mut seq, &[&a5, &a6ack]);
+        expect_deque(seq, &[&a5, &a6ack]);
 
         // Rollback with interleaved producer B.
         let (b1, a7r, a8r) = (g.env(b, 1, CONT), g.env(a, 7, CONT), g.env(a, 8, CONT));
         let (b2, a6abort) = (g.env(b, 2, CONT), g.env(a, 6, ACK));
-        let outcomes = queue(&mut seq, &[&a7r, &b1, &a7r, &a8r, &b2, &a6abort]);
+        let outcomes = queue(seq, &[&a7r, &b1, &a7r, &a8r, &b2, &a6abort]);
         let expect = [ContinueBeginSpan, ContinueBeginSpan, ContinueTxnClockLarger];
         let rest = [ContinueExtendSpan, ContinueExtendSpan, AckRollback];
         assert_eq!(outcomes, [expect, rest].concat());
@@ -587,10 +728,18 @@ mod tests {
 
         // Interleaved producer ACKs.
         let b3ack = g.env(b, 3, ACK);
-        assert_eq!(queue(&mut seq, &[&b3ack]), [AckCommit]);
-        expect_deque(&mut seq, &[&b1, &b2, &b3ack]);
+        assert_eq!(queue(seq, &[&b3ack]), [AckCommit]);
+        expect_deque(seq, &[&b1, &b2, &b3ack]);
         assert!(!seq.has_pending());
+    }
 
+    /// Go's TestSequencerTxnSequenceCases, from "Duplicates within the sequence".
+    fn txn_sequence_cases_second_half(
+        g: &mut Gen,
+        seq: &mut Sequencer,
+        a: ProducerId,
+        b: ProducerId,
+    ) {
         // Duplicates within the sequence and from before it.
         let (b4, b1d, b4d, b5) = (
             g.env(b, 4, CONT),
@@ -604,7 +753,7 @@ mod tests {
             g.env(b, 7, CONT),
             g.env(b, 8, ACK),
         );
-        let outcomes = queue(&mut seq, &[&b4, &b1d, &b4d, &b5, &b6, &b2d, &b7, &b8ack]);
+        let outcomes = queue(seq, &[&b4, &b1d, &b4d, &b5, &b6, &b2d, &b7, &b8ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueAlreadyAcked,
@@ -618,14 +767,14 @@ mod tests {
             AckCommit,
         ];
         assert_eq!(outcomes, [expect, rest].concat());
-        expect_deque(&mut seq, &[&b4, &b5, &b6, &b7, &b8ack]);
+        expect_deque(seq, &[&b4, &b5, &b6, &b7, &b8ack]);
 
         // Partial rollback where later entries are skipped.
         let (b9, b11no, b12no) = (g.env(b, 9, CONT), g.env(b, 11, CONT), g.env(b, 12, CONT));
         let (b13no, b10ack) = (g.env(b, 13, CONT), g.env(b, 10, ACK));
-        let outcomes = queue(&mut seq, &[&b9, &b11no, &b12no, &b13no, &b10ack]);
+        let outcomes = queue(seq, &[&b9, &b11no, &b12no, &b13no, &b10ack]);
         assert_eq!(outcomes[4], AckCommit);
-        expect_deque(&mut seq, &[&b9, &b10ack]);
+        expect_deque(seq, &[&b9, &b10ack]);
 
         // Interleaved ACK'd sequences.
         let (b11, a7, a8, b12) = (
@@ -635,7 +784,7 @@ mod tests {
             g.env(b, 12, CONT),
         );
         let (a9ack, b13ack) = (g.env(a, 9, ACK), g.env(b, 13, ACK));
-        let outcomes = queue(&mut seq, &[&b11, &a7, &a8, &b12, &a9ack]);
+        let outcomes = queue(seq, &[&b11, &a7, &a8, &b12, &a9ack]);
         let expect = [
             ContinueBeginSpan,
             ContinueBeginSpan,
@@ -644,17 +793,17 @@ mod tests {
             AckCommit,
         ];
         assert_eq!(outcomes, expect);
-        expect_deque(&mut seq, &[&a7, &a8, &a9ack]);
+        expect_deque(seq, &[&a7, &a8, &a9ack]);
         assert!(seq.has_pending());
-        assert_eq!(queue(&mut seq, &[&b13ack]), [AckCommit]);
-        expect_deque(&mut seq, &[&b11, &b12, &b13ack]);
+        assert_eq!(queue(seq, &[&b13ack]), [AckCommit]);
+        expect_deque(seq, &[&b11, &b12, &b13ack]);
         assert!(!seq.has_pending());
 
         // Reset to an earlier ACK, followed by re-use of clocks.
         let (b8reset, b9reuse, b10reuse) = (g.env(b, 8, ACK), g.env(b, 9, CONT), g.env(b, 10, ACK));
-        let outcomes = queue(&mut seq, &[&b8reset, &b9reuse, &b10reuse]);
+        let outcomes = queue(seq, &[&b8reset, &b9reuse, &b10reuse]);
         assert_eq!(outcomes, [AckRollback, ContinueBeginSpan, AckCommit]);
-        expect_deque(&mut seq, &[&b9reuse, &b10reuse]);
+        expect_deque(seq, &[&b9reuse, &b10reuse]);
         assert_eq!(seq.buffered_bytes(), 0);
     }
 
@@ -923,27 +1072,113 @@ mod tests {
         assert_eq!(producers(seq.checkpoint(1).1), [c]);
     }
 
+    /// Feeds the replay of `range` from `journal` and checks what it delivers.
+    fn expect_replay(
+        seq: &mut Sequencer,
+        range: (i64, i64),
+        journal: &[&Envelope],
+        expect: &[&Envelope],
+    ) {
+        assert_eq!(seq.replay_range(), Some((J.to_string(), range.0, range.1)));
+        assert_eq!(seq.dequeue(), None, "no dequeue before the replay");
+        let mut got = Vec::new();
+        for env in journal
+            .iter()
+            .filter(|e| e.begin >= range.0 && e.end <= range.1)
+        {
+            got.extend(seq.replay((*env).clone()).unwrap());
+        }
+        seq.finish_replay();
+        assert_eq!(got.iter().collect::<Vec<_>>(), expect);
+    }
+
     #[test]
-    fn budget_and_dequeue_order_errors() {
+    fn eviction_past_the_budget_replays_as_go() {
         let (mut g, mut seq) = (Gen::default(), Sequencer::default().with_budget(250));
         let a = producer(0xa0);
-        let (a1, a2, a3) = (g.env(a, 1, CONT), g.env(a, 2, CONT), g.env(a, 3, CONT));
-        queue(&mut seq, &[&a1, &a2]);
-        match seq.queue_uncommitted(a3.clone()) {
-            Err(Error::Sequencer {
-                journal,
-                offset,
-                detail,
-            }) => {
-                assert_eq!((journal.as_str(), offset), (J, a3.begin));
-                assert!(detail.contains("budget of 250"), "{detail}");
-            }
-            other => panic!("expected a budget error, got {other:?}"),
-        }
+        let (a1, a2, a3, a4ack) = (
+            g.env(a, 1, CONT),
+            g.env(a, 2, CONT),
+            g.env(a, 3, CONT),
+            g.env(a, 4, ACK),
+        );
+        let outcomes = queue(&mut seq, &[&a1, &a2, &a3, &a4ack]);
+        assert_eq!(outcomes[3], AckCommitReplay);
+        assert_eq!(seq.buffered_bytes(), 0);
+        expect_replay(&mut seq, (a1.begin, a2.begin), &[&a1, &a2], &[&a1]);
+        expect_deque(&mut seq, &[&a2, &a3, &a4ack]);
+        let err = seq.queue_uncommitted(a4ack.clone());
+        assert!(
+            err.is_ok(),
+            "queueing resumes once the sequence is dequeued"
+        );
+    }
+
+    #[test]
+    fn txn_without_buffer() {
+        // Go's TestSequencerTxnWithoutBuffer: every span is evicted but its last message.
+        let (mut g, mut seq) = (Gen::default(), Sequencer::default().with_budget(0));
+        let (a, b) = (producer(0xa0), producer(0xb0));
+        let (a1, a2, b1) = (g.env(a, 1, CONT), g.env(a, 2, CONT), g.env(b, 1, CONT));
+        let (a1d, a2d, a3ack) = (g.env(a, 1, CONT), g.env(a, 2, CONT), g.env(a, 3, ACK));
+        let (b2, b3ack) = (g.env(b, 2, CONT), g.env(b, 3, ACK));
+        let journal = [&a1, &a2, &b1, &a1d, &a2d, &a3ack, &b2, &b3ack];
+        let outcomes = queue(&mut seq, &[&a1, &a2, &b1, &a1d, &a2d, &a3ack]);
+        assert_eq!(
+            outcomes[3..],
+            [
+                ContinueTxnClockLarger,
+                ContinueTxnClockLarger,
+                AckCommitReplay
+            ]
+        );
+        expect_replay(&mut seq, (a1.begin, a3ack.begin), &journal, &[&a1, &a2]);
+        expect_deque(&mut seq, &[&a3ack]);
+        assert!(seq.has_pending());
+        assert_eq!(
+            queue(&mut seq, &[&b2, &b3ack]),
+            [ContinueExtendSpan, AckCommitReplay]
+        );
+        expect_replay(&mut seq, (b1.begin, b2.begin), &journal, &[&b1]);
+        expect_deque(&mut seq, &[&b2, &b3ack]);
+        assert!(!seq.has_pending());
+    }
+
+    #[test]
+    fn replay_errors() {
+        // Go's TestSequencerReplayReaderErrors: wrong journal, before or past the range.
+        let (mut g, mut seq) = (Gen::default(), Sequencer::default().with_budget(0));
+        let (a, b) = (producer(0xa0), producer(0xb0));
+        let (b1, a2, a3) = (g.env(b, 1, CONT), g.env(a, 2, CONT), g.env(a, 3, CONT));
         let a4ack = g.env(a, 4, ACK);
-        assert_eq!(queue(&mut seq, &[&a4ack]), [AckCommit]);
-        let err = seq.queue_uncommitted(g.env(a, 5, OUT)).unwrap_err();
+        assert_eq!(
+            queue(&mut seq, &[&b1, &a2, &a3, &a4ack])[3],
+            AckCommitReplay
+        );
+        let mut wrong = a2.clone();
+        wrong.journal = "wrong/journal".into();
+        let mut early = a2.clone();
+        early.begin -= 1;
+        let mut late = a2.clone();
+        late.end += 100;
+        for (env, expect) in [
+            (wrong, "wrong journal"),
+            (early, "outside"),
+            (late, "outside"),
+        ] {
+            let err = seq.replay(env).unwrap_err();
+            assert!(err.to_string().contains(expect), "{err}");
+        }
+        assert_eq!(seq.replay(a2.clone()).unwrap(), Some(a2.clone()));
+        seq.finish_replay();
+        expect_deque(&mut seq, &[&a3, &a4ack]);
+        assert!(seq.replay(a2).is_err(), "no replay is due");
+        let (a5, a6ack) = (g.env(a, 5, CONT), g.env(a, 6, ACK));
+        assert_eq!(
+            queue(&mut seq, &[&a5, &a6ack]),
+            [ContinueBeginSpan, AckCommit]
+        );
+        let err = seq.queue_uncommitted(g.env(a, 7, OUT)).unwrap_err();
         assert!(err.to_string().contains("remain to dequeue"), "{err}");
-        expect_deque(&mut seq, &[&a1, &a2, &a4ack]);
     }
 }
