@@ -1,5 +1,7 @@
 """The journal layer: create/list, append/read round trips, fragments, and errors."""
 
+import os
+import signal
 import threading
 import time
 
@@ -131,3 +133,31 @@ def test_unreachable_broker_is_a_transport_error():
         client.append("pytest/unreachable", b"x")
     assert isinstance(err.value, ConnectionError)
     assert err.value.retried is not None
+
+
+def test_waits_release_the_gil_and_take_interrupts(client, make_journal, journal_name):
+    make_journal(journal_name, content_type="application/octet-stream")
+    ticks = []
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    # SIGINT to this process while the main thread waits in a blocking read.
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with client.read(journal_name, block=True) as reader:
+                next(reader)
+    finally:
+        stop.set()
+        counter.join()
+        timer.cancel()
+    assert time.monotonic() - started < 5
+    assert len(ticks) > 50, "another thread ran while the read waited"
