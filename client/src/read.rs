@@ -118,6 +118,10 @@ struct StreamState {
     /// The fragment and URL of the last metadata response, cleared by content.
     fragment: Option<Fragment>,
     url: String,
+    /// When the RPC was opened: a stream that ends cleanly at once, having delivered
+    /// nothing, is not reopened at once.
+    opened: std::time::Instant,
+    delivered: bool,
 }
 
 /// A read that survives errors: see the module documentation.
@@ -137,7 +141,12 @@ pub struct RetryReader {
     not_found: u32,
     /// Fragments opened directly from their stores.
     fetched: u64,
+    /// Streams in a row that ended cleanly as soon as they opened.
+    quick_ends: u32,
 }
+
+/// A Read RPC that ends cleanly sooner than this after it opened is "quick".
+const QUICK_END: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RetryReader {
     /// A reader of `journal` from `offset` (−1: the write head). With `block`, it waits
@@ -181,6 +190,7 @@ impl RetryReader {
             write_head: 0,
             not_found: 0,
             fetched: 0,
+            quick_ends: 0,
             req,
         })
     }
@@ -272,6 +282,8 @@ impl RetryReader {
                     status: Status::Ok as i32,
                     fragment: None,
                     url: String::new(),
+                    opened: std::time::Instant::now(),
+                    delivered: false,
                 }));
                 Step::Continue
             }
@@ -288,7 +300,11 @@ impl RetryReader {
             Ok(Some(resp)) => self.response(resp),
             Ok(None) => self.stream_ended().await,
             Err(e) => {
-                self.client.transport_failed(&s.dispatch, None);
+                if e.code == Code::Unavailable {
+                    // The broker is gone: forget its connection and the journal's Route.
+                    self.client
+                        .transport_failed(&s.dispatch, Some(&self.req.journal));
+                }
                 self.rpc_failed(e)
             }
         }
@@ -316,6 +332,7 @@ impl RetryReader {
         }
         if !resp.content.is_empty() {
             s.url.clear();
+            s.delivered = true;
             return Step::Chunk(resp.offset, resp.content);
         }
         s.status = resp.status;
@@ -352,8 +369,14 @@ impl RetryReader {
                 return self.open_fragment(fragment, &s.url).await;
             }
             // A clean end (the broker's assignment changed, or it is shutting down): resume
-            // at once.
-            self.retry.reset();
+            // at once, unless streams keep ending as soon as they open (then back off, so a
+            // broker in that state is not called in a tight loop).
+            if !s.delivered && s.opened.elapsed() < QUICK_END {
+                tokio::time::sleep(crate::retry::backoff(self.quick_ends)).await;
+                self.quick_ends += 1;
+            } else {
+                self.quick_ends = 0;
+            }
             return Step::Continue;
         }
         let err = Error::Status {
@@ -422,6 +445,7 @@ impl RetryReader {
     fn rpc_failed(&mut self, e: RpcError) -> Step {
         if e.code == Code::Unavailable {
             self.route = None;
+            self.client.update_route(&self.req.journal, None);
         }
         let err = Error::Rpc {
             journal: self.req.journal.clone(),

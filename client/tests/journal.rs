@@ -114,9 +114,21 @@ async fn the_append_service_batches_writers_in_order() {
         for w in writers {
             spans.extend(w.await.unwrap());
         }
+        // The message layer's seam: the same service, as an Appender.
+        let ticket = courant_client::message::Appender::enqueue(
+            &*service,
+            journal,
+            Bytes::from_static(b"last;"),
+        )
+        .await
+        .unwrap();
+        let (begin, end) = ticket.wait().await.unwrap();
+        assert_eq!(end - begin, 5);
+        spans.insert((begin, end));
         let all = String::from_utf8(read_to_head(&c, journal, 0).await.unwrap()).unwrap();
         let records: Vec<&str> = all.split_terminator(';').collect();
-        assert_eq!(records.len(), 400);
+        assert_eq!(records.len(), 401);
+        assert_eq!(records[400], "last");
         for w in 0..4 {
             let mine: Vec<&str> = records
                 .iter()
@@ -127,7 +139,7 @@ async fn the_append_service_batches_writers_in_order() {
             assert_eq!(mine, want, "writer {w}'s records, in its order");
         }
         // Records shared appends: fewer appends than records, and they tile the journal.
-        assert!(spans.len() < 400, "{} appends for 400 records", spans.len());
+        assert!(spans.len() < 400, "{} appends for 401 records", spans.len());
         let mut at = 0;
         for (begin, end) in &spans {
             assert_eq!(*begin, at, "appends follow each other: {spans:?}");
@@ -221,6 +233,15 @@ async fn bad_input_gives_clear_errors() {
             text.contains("journal client/any") && text.contains("2000 bytes"),
             "{text}"
         );
+
+        // An append service's tickets carry the broker's refusal.
+        let service = AppendService::new(&c);
+        let ticket = service
+            .append("client/missing", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        let err = ticket.wait().await.unwrap_err();
+        assert_eq!(err.status(), Some("JOURNAL_NOT_FOUND"), "{err}");
 
         // A message over the broker's 4 MiB limit is refused with ResourceExhausted.
         let huge = courant_tests::label_set(&[("big", &"v".repeat(5 << 20))]);
