@@ -77,15 +77,16 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
 /// The exception class and attributes of a client error.
 pub fn classify(err: &Error) -> Raised {
     let message = err.to_string();
-    let mut raised = Raised::new("CourantError", message.clone());
     match err {
         Error::Rpc { journal, code, .. } => {
-            raised = Raised::new(rpc_class(*code), message).at(journal, None);
+            let mut raised = Raised::new(rpc_class(*code), message).at(journal, None);
             raised.0.code = Some(format!("{code:?}"));
+            raised
         }
         Error::Call { code, .. } => {
-            raised = Raised::new(rpc_class(*code), message);
+            let mut raised = Raised::new(rpc_class(*code), message);
             raised.0.code = Some(format!("{code:?}"));
+            raised
         }
         Error::Status { journal, status } => {
             let class = if status == "JOURNAL_NOT_FOUND" {
@@ -93,8 +94,9 @@ pub fn classify(err: &Error) -> Raised {
             } else {
                 "BrokerError"
             };
-            raised = Raised::new(class, message).at(journal, None);
+            let mut raised = Raised::new(class, message).at(journal, None);
             raised.0.status = Some(status.clone());
+            raised
         }
         Error::Framing {
             journal,
@@ -106,30 +108,31 @@ pub fn classify(err: &Error) -> Raised {
             } else {
                 "FramingError"
             };
-            raised = Raised::new(class, message).at(journal, Some(*offset));
+            Raised::new(class, message).at(journal, Some(*offset))
         }
-        Error::Invalid(_) => raised = Raised::new("InvalidArgumentError", message),
-        Error::Io { .. } => raised = Raised::new("TransportError", message),
+        Error::Sequencer {
+            journal, offset, ..
+        } => Raised::new("CourantError", message).at(journal, Some(*offset)),
+        Error::Invalid(_) => Raised::new("InvalidArgumentError", message),
+        Error::Io { .. } => Raised::new("TransportError", message),
         Error::AppendUncertain { journal, .. } => {
-            raised = Raised::new("AppendUncertainError", message).at(journal, None);
+            Raised::new("AppendUncertainError", message).at(journal, None)
         }
         Error::Fragment {
             journal, offset, ..
-        } => raised = Raised::new("FragmentError", message).at(journal, Some(*offset)),
+        } => Raised::new("FragmentError", message).at(journal, Some(*offset)),
         Error::Protocol {
             journal, offset, ..
-        } => raised = Raised::new("ProtocolError", message).at(journal, Some(*offset)),
+        } => Raised::new("ProtocolError", message).at(journal, Some(*offset)),
         Error::RetriesExhausted { elapsed, last, .. } => {
             // The class is the last failure's (an unreachable broker stays a
-            // TransportError), the message says how long it was retried.
-            raised = classify(last);
+            // TransportError); the message says how long it was retried.
+            let mut raised = classify(last);
             raised.0.message = message;
             raised.0.retried = Some(*elapsed);
+            raised
         }
-        #[allow(unreachable_patterns)]
-        _ => {}
     }
-    raised
 }
 
 /// gRPC failures that mean the broker was not reached are transport errors.
@@ -146,4 +149,132 @@ fn rpc_class(code: courant_client::protocol::grpc::Code) -> &'static str {
 fn is_too_large(detail: &str) -> bool {
     let d = detail.to_ascii_lowercase();
     d.contains("too large") || d.contains("exceeds") || d.contains("larger than")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courant_client::protocol::grpc::Code;
+
+    fn class_at(err: Error) -> (&'static str, Option<String>, Option<i64>) {
+        let raised = classify(&err);
+        (raised.0.class, raised.0.journal, raised.0.offset)
+    }
+
+    #[test]
+    fn every_error_has_its_class_journal_and_offset() {
+        let j = || "a/j".to_string();
+        let some_j = Some(j());
+        let cases = [
+            (
+                Error::Status {
+                    journal: j(),
+                    status: "JOURNAL_NOT_FOUND".into(),
+                },
+                ("JournalNotFoundError", some_j.clone(), None),
+            ),
+            (
+                Error::Status {
+                    journal: j(),
+                    status: "WRONG_APPEND_OFFSET".into(),
+                },
+                ("BrokerError", some_j.clone(), None),
+            ),
+            (
+                Error::Rpc {
+                    journal: j(),
+                    code: Code::Unavailable,
+                    message: "down".into(),
+                },
+                ("TransportError", some_j.clone(), None),
+            ),
+            (
+                Error::Call {
+                    call: "List".into(),
+                    code: Code::Internal,
+                    message: "x".into(),
+                },
+                ("BrokerError", None, None),
+            ),
+            (
+                Error::Framing {
+                    journal: j(),
+                    offset: 7,
+                    detail: "bad line".into(),
+                },
+                ("FramingError", some_j.clone(), Some(7)),
+            ),
+            (
+                Error::Framing {
+                    journal: j(),
+                    offset: 9,
+                    detail: "a message of 2000 bytes exceeds the limit of 1024".into(),
+                },
+                ("MessageTooLargeError", some_j.clone(), Some(9)),
+            ),
+            (
+                Error::Sequencer {
+                    journal: j(),
+                    offset: 3,
+                    detail: "x".into(),
+                },
+                ("CourantError", some_j.clone(), Some(3)),
+            ),
+            (
+                Error::Invalid("bad".into()),
+                ("InvalidArgumentError", None, None),
+            ),
+            (
+                Error::AppendUncertain {
+                    journal: j(),
+                    bytes: 5,
+                    detail: "reset".into(),
+                },
+                ("AppendUncertainError", some_j.clone(), None),
+            ),
+            (
+                Error::Fragment {
+                    journal: j(),
+                    offset: 11,
+                    location: "file:///f".into(),
+                    detail: "gone".into(),
+                },
+                ("FragmentError", some_j.clone(), Some(11)),
+            ),
+            (
+                Error::Protocol {
+                    journal: j(),
+                    offset: 12,
+                    detail: "behind".into(),
+                },
+                ("ProtocolError", some_j.clone(), Some(12)),
+            ),
+        ];
+        for (err, want) in cases {
+            let text = err.to_string();
+            assert_eq!(class_at(err), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn exhausted_retries_keep_the_last_failure_class_and_say_how_long() {
+        let last = Error::Rpc {
+            journal: "a/j".into(),
+            code: Code::Unavailable,
+            message: "connection refused".into(),
+        };
+        let err = Error::RetriesExhausted {
+            context: "journal a/j: append".into(),
+            elapsed: Duration::from_secs(2),
+            last: Box::new(last),
+        };
+        let raised = classify(&err);
+        assert_eq!(raised.0.class, "TransportError");
+        assert_eq!(raised.0.retried, Some(Duration::from_secs(2)));
+        assert!(
+            raised.0.message.contains("still failing after retrying"),
+            "{}",
+            raised.0.message
+        );
+    }
 }
