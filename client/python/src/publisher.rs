@@ -14,6 +14,7 @@ use crate::client::Client;
 use crate::errors::{Raised, to_py};
 use crate::framings::{framing_of, json_message};
 use crate::runtime::run;
+use courant_client::message::framing::CONTENT_TYPE_JSON_LINES;
 use courant_client::message::{Framing, Message, Publisher as Inner};
 use courant_client::{AppendService, Error};
 use pyo3::prelude::*;
@@ -150,6 +151,14 @@ impl Publisher {
             let framing = framing_of(&client, &mut state.framings, &journal)
                 .await
                 .map_err(|e| crate::errors::classify(&e))?;
+            if !matches!(framing, Framing::JsonLines { .. }) {
+                let detail = format!(
+                    "journal {journal}: its content-type is {}, but this publisher writes JSON \
+                     objects ({CONTENT_TYPE_JSON_LINES} journals) only",
+                    framing.content_type()
+                );
+                return Err(Raised::new("FramingError", detail).at(&journal, None));
+            }
             let publisher = &mut state.publisher;
             let uuid = if in_transaction {
                 publisher

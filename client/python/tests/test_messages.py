@@ -133,6 +133,14 @@ def test_unknown_content_type(client, make_journal, journal_name):
         courant.read_committed(client, [journal_name], block=False)
 
 
+def test_publish_to_a_csv_journal_is_refused(client, make_journal, journal_name):
+    make_journal(journal_name, content_type="text/csv")
+    with pytest.raises(courant.FramingError) as err:
+        courant.Publisher(client).publish(journal_name, {"ID": "x"})
+    assert err.value.journal == journal_name
+    assert "text/csv" in str(err.value)
+
+
 def test_malformed_frame(client, make_journal, journal_name):
     make_journal(journal_name)
     publisher = courant.Publisher(client)
