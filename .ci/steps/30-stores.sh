@@ -220,6 +220,9 @@ export COURANT_TEST_GCS_BUCKET="$GCS_BUCKET"
 # Extra arguments go to the test binary (e.g. a test name filter).
 status=0
 run_cargo_test tests stores_s3 --test-threads=1 "$@" || status=1
+# The Rust client (client/tests/stores_s3.rs): persisted fragments read straight from
+# SeaweedFS through signed URLs, for every codec.
+run_cargo_test client stores_s3 --test-threads=1 "$@" || status=1
 # Journal names that would leave a store's root are refused at Apply, per store kind.
 if [ "$#" = 0 ]; then
   run_cargo_test tests security_stores || status=1

@@ -27,6 +27,10 @@ echo "etcd $("$ETCD_BIN" --version | head -n 1) on $URL"
 export COURANT_TEST_ETCD="$URL"
 status=0
 run_cargo_test tests etcd --test-threads=1 --nocapture "$@" || status=1
+# The Rust client (client/tests/cluster.rs): routes followed from one broker to the other.
+if [ "$#" = 0 ]; then
+  run_cargo_test client cluster --nocapture || status=1
+fi
 # Replication to a down peer answers UNAVAILABLE; watched changes wait --broker.watch-delay.
 if [ "$#" = 0 ]; then
   run_cargo_test tests security_peer_down --nocapture || status=1
