@@ -2,61 +2,40 @@
 //! connecting, Append, Apply (journal creation), List (selector), and probes that a
 //! journal is writable and where its write head is.
 //!
-//! Every call goes through `protocol::grpc::Channel` over plain HTTP/2 on a TCP
-//! connection with `TCP_NODELAY`; each connection's h2 driver runs as its own tokio task.
+//! Endpoints, Apply and List go through `courant_client::Client` (its pool and retries).
+//! The measured appends and reads, and the probes that share their connections, use
+//! `protocol::grpc::Channel` directly over plain HTTP/2 on a TCP connection with
+//! `TCP_NODELAY`, one connection per channel as the load generator spreads its load; each
+//! connection's h2 driver runs as its own tokio task.
 //!
 //! Lives on: any tokio worker (`Channel` is `Clone + Send`).
 
 use bytes::Bytes;
 use protocol::grpc::{Channel, Code, RpcError};
 use protocol::{
-    AppendResponse, ApplyRequest, ApplyResponse, JournalSpec, Label, LabelSelector, LabelSet,
-    ListRequest, ListResponse, ReadRequest, ReadResponse, Status, apply_request, journal_spec,
+    AppendResponse, JournalSpec, Label, LabelSelector, LabelSet, ReadRequest, ReadResponse, Status,
+    apply_request, journal_spec,
 };
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 pub const APPEND: &str = "/protocol.Journal/Append";
 pub const READ: &str = "/protocol.Journal/Read";
-pub const APPLY: &str = "/protocol.Journal/Apply";
-pub const LIST: &str = "/protocol.Journal/List";
 
 /// Changes per Apply: etcd caps a transaction at 128 operations by default.
 const APPLY_BATCH: usize = 100;
 
-/// A broker address: what to dial and the HTTP/2 authority to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub authority: String,
+pub use courant_client::Endpoint;
+
+/// Parses a broker address (`http://host:port[/]` or `host:port`).
+pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    Endpoint::parse(s).map_err(|e| e.to_string())
 }
 
-impl Endpoint {
-    /// Accepts `http://host:port[/]` or `host:port` (Gazette's endpoints are URLs).
-    pub fn parse(s: &str) -> Result<Endpoint, String> {
-        let s = s.trim();
-        let rest = if let Some(rest) = s.strip_prefix("http://") {
-            rest
-        } else if s.contains("://") {
-            return Err(format!(
-                "broker address {s:?}: only http:// endpoints are supported (no TLS or unix sockets)"
-            ));
-        } else {
-            s
-        };
-        let authority = rest.trim_end_matches('/');
-        if authority.is_empty() || authority.contains('/') {
-            return Err(format!("broker address {s:?}: expected http://host:port"));
-        }
-        let authority = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| !p.contains(']'))
-        {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
-        Ok(Endpoint { authority })
-    }
+/// A `courant_client::Client` of the broker addresses, for Apply and List.
+pub fn control_client(addresses: &[String]) -> Result<courant_client::Client, String> {
+    let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    courant_client::Client::new(&addresses).map_err(|e| e.to_string())
 }
 
 /// Dials `endpoint`, performs the HTTP/2 handshake and spawns the connection driver.
@@ -150,33 +129,23 @@ impl JournalTemplate {
 /// Upserts the journals (unconditionally: `expect_mod_revision = -1`). An
 /// `ETCD_TRANSACTION_FAILED` is accepted: the journals exist already.
 pub async fn create_journals(
-    channel: &Channel,
+    client: &courant_client::Client,
     names: &[String],
     template: &JournalTemplate,
 ) -> Result<(), String> {
     for batch in names.chunks(APPLY_BATCH) {
-        let req = ApplyRequest {
-            changes: batch
-                .iter()
-                .map(|name| apply_request::Change {
-                    expect_mod_revision: -1,
-                    upsert: Some(template.spec(name)),
-                    delete: String::new(),
-                })
-                .collect(),
-        };
-        let resp: ApplyResponse = channel
-            .unary(APPLY, &req)
-            .await
-            .map_err(|e| format!("Apply of {} journals: {e}", batch.len()))?;
-        let ok =
-            resp.status == Status::Ok as i32 || resp.status == Status::EtcdTransactionFailed as i32;
-        if !ok {
-            return Err(format!(
-                "Apply of {} journals: status {}",
-                batch.len(),
-                status_name(resp.status)
-            ));
+        let changes = batch
+            .iter()
+            .map(|name| apply_request::Change {
+                expect_mod_revision: -1,
+                upsert: Some(template.spec(name)),
+                delete: String::new(),
+            })
+            .collect();
+        match client.apply(changes).await {
+            Ok(_) => {}
+            Err(e) if e.status() == Some("ETCD_TRANSACTION_FAILED") => {}
+            Err(e) => return Err(format!("Apply of {} journals: {e}", batch.len())),
         }
     }
     Ok(())
@@ -217,39 +186,23 @@ pub fn parse_selector(s: &str) -> Result<LabelSelector, String> {
     })
 }
 
-/// Every journal List shows for `selector`, over all its responses.
+/// Every journal List shows for `selector`.
 async fn list(
-    channel: &Channel,
+    client: &courant_client::Client,
     selector: &str,
 ) -> Result<Vec<protocol::list_response::Journal>, String> {
-    let req = ListRequest {
-        selector: Some(parse_selector(selector)?),
-        watch: false,
-        watch_resume: None,
-    };
-    let mut call = channel
-        .server_streaming(LIST, &req)
+    client
+        .list(parse_selector(selector)?)
         .await
-        .map_err(|e| format!("List: {e}"))?;
-    let mut out = Vec::new();
-    let mut first = true;
-    while let Some(resp) = call
-        .next::<ListResponse>()
-        .await
-        .map_err(|e| format!("List: {e}"))?
-    {
-        if first && resp.status != Status::Ok as i32 {
-            return Err(format!("List: status {}", status_name(resp.status)));
-        }
-        first = false;
-        out.extend(resp.journals);
-    }
-    Ok(out)
+        .map_err(|e| e.to_string())
 }
 
 /// Names of the journals matching `selector`, in name order.
-pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<String>, String> {
-    let mut names: Vec<String> = list(channel, selector)
+pub async fn list_journals(
+    client: &courant_client::Client,
+    selector: &str,
+) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = list(client, selector)
         .await?
         .into_iter()
         .filter_map(|j| j.spec.map(|s| s.name))
@@ -262,10 +215,10 @@ pub async fn list_journals(channel: &Channel, selector: &str) -> Result<Vec<Stri
 /// Those of `journals` that List does not show with a primary (absent, or not yet
 /// assigned), in `journals`' order.
 pub async fn without_primary(
-    channel: &Channel,
+    client: &courant_client::Client,
     journals: &[String],
 ) -> Result<Vec<String>, String> {
-    let led: std::collections::HashSet<String> = list(channel, "")
+    let led: std::collections::HashSet<String> = list(client, "")
         .await?
         .into_iter()
         .filter(|j| j.route.as_ref().is_some_and(|r| r.primary >= 0))
@@ -291,11 +244,11 @@ fn cluster_primary(route: &protocol::Route) -> Option<String> {
 /// cluster ([`cluster_primary`]). List is no call for the journal itself, so it places
 /// nothing on a broker.
 pub async fn primary_endpoints(
-    channel: &Channel,
+    client: &courant_client::Client,
     journals: &[String],
 ) -> Result<std::collections::HashMap<String, Option<String>>, String> {
     let wanted: std::collections::HashSet<&String> = journals.iter().collect();
-    Ok(list(channel, "")
+    Ok(list(client, "")
         .await?
         .into_iter()
         .filter_map(|j| {
@@ -405,24 +358,15 @@ mod tests {
     #[test]
     fn endpoints_parse() {
         assert_eq!(
-            Endpoint::parse("http://127.0.0.1:8080").unwrap().authority,
+            parse_endpoint("http://127.0.0.1:8080").unwrap().authority,
             "127.0.0.1:8080"
         );
         assert_eq!(
-            Endpoint::parse("http://localhost:8080/").unwrap().authority,
-            "localhost:8080"
-        );
-        assert_eq!(
-            Endpoint::parse("broker:9000").unwrap().authority,
+            parse_endpoint("broker:9000").unwrap().authority,
             "broker:9000"
         );
-        assert_eq!(
-            Endpoint::parse("http://broker").unwrap().authority,
-            "broker:80"
-        );
-        assert!(Endpoint::parse("https://broker:443").is_err());
-        assert!(Endpoint::parse("unix:///tmp/sock").is_err());
-        assert!(Endpoint::parse("http://a:1/path").is_err());
+        let err = parse_endpoint("https://broker:443").unwrap_err();
+        assert!(err.contains("only http://"), "{err}");
     }
 
     #[test]

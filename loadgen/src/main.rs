@@ -180,8 +180,7 @@ async fn run(args: Args) -> Result<Report, String> {
 /// `--create-only`: Apply the journals, then List until each has a primary (or the
 /// ready timeout passes). Returns how many journals were created.
 async fn create_only(args: &Args) -> Result<usize, String> {
-    let endpoint = client::Endpoint::parse(&args.broker_address[0])?;
-    let control = client::connect(&endpoint).await?;
+    let control = client::control_client(&args.broker_address)?;
     let journals = args.journal_names(args.journals.unwrap_or(1));
     client::create_journals(&control, &journals, &args.template()).await?;
     let deadline = Instant::now() + args.ready_timeout;
@@ -207,7 +206,7 @@ const LIST_ROUTES_FOR: Duration = Duration::from_secs(2);
 /// Each journal's primary endpoint as List shows it (clusters only), polling briefly while
 /// some journal has no primary yet: journals just created are assigned within milliseconds.
 async fn listed_primaries(
-    control: &Channel,
+    control: &courant_client::Client,
     journals: &[String],
     deadline: Instant,
 ) -> Result<std::collections::HashMap<String, String>, String> {
@@ -232,7 +231,7 @@ async fn primary_channel(
     args: &Args,
 ) -> Result<Channel, String> {
     if !primaries.contains_key(primary) {
-        let endpoint = client::Endpoint::parse(primary)?;
+        let endpoint = client::parse_endpoint(primary)?;
         primaries.insert(
             primary.to_string(),
             connect_all(&[endpoint], args.connections).await?,
@@ -254,7 +253,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
     let endpoints = args
         .broker_address
         .iter()
-        .map(|a| client::Endpoint::parse(a))
+        .map(|a| client::parse_endpoint(a))
         .collect::<Result<Vec<_>, _>>()?;
     let writer_channels = connect_all(&endpoints, args.connections).await?;
     let reader_channels = if args.readers {
@@ -266,7 +265,7 @@ async fn setup(args: &Args) -> Result<Setup, String> {
     } else {
         Vec::new()
     };
-    let control = &writer_channels[0];
+    let control = &client::control_client(&args.broker_address)?;
 
     let journals = match &args.selector {
         Some(selector) => {
