@@ -324,6 +324,35 @@ fn bench_messages(args: &Args, m: &messages::MessagesArgs, root: &Path) -> Resul
         etcd.stop();
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    let short = commit.clone();
+    let commit = format!("{commit}{dirty}");
+    let head = messages_head(args, m, &commit, stamp, &load_start, gazette);
+    let md = messages::markdown(&head, m, &outcome);
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("bench/results"));
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let path = out_dir.join(format!("{date}-{short}-messages.md"));
+    std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("{}", messages::summary_table(&outcome.runs));
+    println!(
+        "{}",
+        messages::bars_table(&outcome.runs, outcome.python_skipped.as_deref())
+    );
+    eprintln!("courant-bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// The head of a `messages` results file: commit, date, machine, command, network, Gazette.
+fn messages_head(
+    args: &Args,
+    m: &messages::MessagesArgs,
+    commit: &str,
+    stamp: String,
+    load_start: &str,
+    gazette: bool,
+) -> Vec<(String, String)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
@@ -334,8 +363,8 @@ fn bench_messages(args: &Args, m: &messages::MessagesArgs, root: &Path) -> Resul
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_default();
-    let head = vec![
-        ("commit".to_string(), format!("{commit}{dirty}")),
+    vec![
+        ("commit".to_string(), commit.to_string()),
         ("date".into(), stamp),
         (
             "machine".into(),
@@ -371,22 +400,7 @@ fn bench_messages(args: &Args, m: &messages::MessagesArgs, root: &Path) -> Resul
                 "not run".to_string()
             },
         ),
-    ];
-    let md = messages::markdown(&head, m, &outcome);
-    let out_dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| root.join("bench/results"));
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let path = out_dir.join(format!("{date}-{commit}-messages.md"));
-    std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
-    println!("{}", messages::summary_table(&outcome.runs));
-    println!(
-        "{}",
-        messages::bars_table(&outcome.runs, outcome.python_skipped.as_deref())
-    );
-    eprintln!("courant-bench: wrote {}", path.display());
-    Ok(())
+    ]
 }
 
 /// Everything one run shares.
