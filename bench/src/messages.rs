@@ -483,18 +483,10 @@ pub fn bars_table(runs: &[Run], python_skipped: Option<&str>) -> String {
     s
 }
 
-/// Builds what `courant-bench messages` runs beyond the harness's own build: the Rust
-/// client program (release) and the Go one.
+/// Builds the Go client program (the Rust one, `courant-msgbench`, is built with the
+/// harness's release build).
 pub fn build(root: &Path, programs: &Programs) -> Result<(), String> {
-    eprintln!("courant-bench: building courant-msgbench (release) and bench/go/msgbench");
-    crate::run_quiet(procs::command("cargo").current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        "courant-bench",
-        "--bin",
-        "courant-msgbench",
-    ]))?;
+    eprintln!("courant-bench: building bench/go/msgbench");
     crate::run_quiet(
         procs::command("go")
             .current_dir(root.join("bench/go"))
