@@ -165,7 +165,7 @@ pub struct ServeConfig {
     #[arg(long = "tpc.durable", env = "COURANT_TPC_DURABLE")]
     pub durable: bool,
 
-    // ---- Gazette's TLS, watch and suspension flags (issue 14; see SECURITY.md) ----
+    // ---- Gazette's TLS, watch and suspension flags (see SECURITY.md) ----
     /// PEM client certificate this broker presents to its peers (Gazette's
     /// `--broker.peer-cert-file`).
     #[arg(long = "broker.peer-cert-file", env = "BROKER_PEER_CERT_FILE")]
