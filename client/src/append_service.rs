@@ -219,7 +219,12 @@ impl Journal {
 
 /// Appends `journal`'s batches, one at a time, until the service is dropped.
 async fn serve(client: Client, journal: Arc<Journal>) {
-    while let Some(batch) = journal.next_batch().await {
+    loop {
+        // Writers running on this thread get a turn to add to the batch before it closes.
+        tokio::task::yield_now().await;
+        let Some(batch) = journal.next_batch().await else {
+            return;
+        };
         let bytes = batch.content.len();
         let req = AppendRequest {
             journal: journal.name.clone(),
