@@ -1,51 +1,70 @@
 //! [`AppendService`] (Go's `client.AppendService`): many writers' records batched per
 //! journal into one append. Per journal, one append is in flight while the next batch
-//! gathers what writers enqueue meanwhile (pipelining); buffered bytes per journal are
-//! bounded (enqueue waits: back-pressure); a journal's records are appended in the order
-//! they were enqueued, so each writer's order is kept.
+//! gathers, in one growing buffer, everything writers enqueue meanwhile (pipelining), up to
+//! [`MAX_BATCH`] bytes a batch; buffered bytes per journal are bounded (enqueue waits:
+//! back-pressure); a journal's records are appended in the order they were enqueued, so
+//! each writer's order is kept.
 //!
 //! Every enqueue returns an [`AppendTicket`] resolved with the `[begin, end)` offsets of
-//! the append that carried it. An append that fails is not retried beyond what
-//! [`Client::append_with`] retries safely; its tickets, and those queued behind it at that
-//! moment, get the error, so no writer sees a later record committed after an earlier one
-//! failed.
+//! the append that carried it; all tickets of one batch share its one outcome. An append
+//! that fails is not retried beyond what [`Client::append_with`] retries safely; its
+//! tickets, and those queued behind it at that moment, get the error, so no writer sees a
+//! later record committed after an earlier one failed.
 //!
-//! Lives on: one tokio task per journal (spawned on first use, ended when the service is
-//! dropped); the service's map of journal queues is behind a mutex.
+//! Lives on: one tokio task per journal (spawned on first use, ended once the service is
+//! dropped and its queue is appended); each journal's queue is behind its own mutex, and
+//! the service's map of journals behind another.
 
 use crate::Error;
 use crate::client::Client;
-use crate::message::{AppendTicket, Appender};
-use bytes::Bytes;
+use crate::message::{AppendOutcome, AppendTicket, Appender};
+use bytes::{Bytes, BytesMut};
 use protocol::AppendRequest;
 use protocol::validate::validate_journal_name;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
 
 /// Default bound of buffered bytes per journal.
 pub const DEFAULT_MAX_BUFFERED: usize = 8 << 20;
 /// A batch closes once it holds this many bytes (a larger single record goes alone).
-const MAX_BATCH: usize = 4 << 20;
+pub const MAX_BATCH: usize = 4 << 20;
+/// A new batch's first allocation: room for many small records before it grows.
+const BATCH_CAPACITY: usize = 64 << 10;
 
 /// Batches appends per journal: see the module documentation.
 pub struct AppendService {
     client: Client,
     max_buffered: usize,
-    queues: Mutex<HashMap<String, Queue>>,
+    journals: Mutex<HashMap<String, Arc<Journal>>>,
 }
 
-#[derive(Clone)]
+/// One journal's queue, shared by its writers and its task.
+struct Journal {
+    name: String,
+    queue: Mutex<Queue>,
+    /// Wakes the task: a batch was queued, or the service was dropped.
+    wake: Notify,
+    /// Wakes writers waiting for room in the buffer.
+    room: Notify,
+}
+
+#[derive(Default)]
 struct Queue {
-    tx: mpsc::UnboundedSender<Pending>,
-    budget: Arc<Semaphore>,
+    /// Batches waiting for their append, oldest first; writers add to the last one.
+    batches: VecDeque<Batch>,
+    /// Bytes queued or in flight.
+    buffered: usize,
+    /// The task waits for a batch (and needs a wake-up).
+    idle: bool,
+    /// The service was dropped: the task ends once the queue is empty.
+    closed: bool,
 }
 
-/// One enqueued record: its bytes, its share of the journal's budget, its ticket.
-struct Pending {
-    content: Bytes,
-    _permit: OwnedSemaphorePermit,
-    ack: oneshot::Sender<Result<(i64, i64), Error>>,
+/// The content of one future append and the outcome its tickets share.
+struct Batch {
+    content: BytesMut,
+    outcome: AppendOutcome,
 }
 
 impl AppendService {
@@ -59,8 +78,8 @@ impl AppendService {
     pub fn with_max_buffered(client: &Client, max_buffered: usize) -> AppendService {
         AppendService {
             client: client.clone(),
-            max_buffered: max_buffered.clamp(1, Semaphore::MAX_PERMITS),
-            queues: Mutex::new(HashMap::new()),
+            max_buffered: max_buffered.max(1),
+            journals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -75,45 +94,73 @@ impl AppendService {
                 self.max_buffered
             )));
         }
-        let queue = self.queue(journal)?;
-        let permits = u32::try_from(content.len().max(1)).unwrap_or(u32::MAX);
-        let permit = queue
-            .budget
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| {
-                Error::Invalid(format!("journal {journal}: the append service stopped"))
-            })?;
-        let (ack, rx) = oneshot::channel();
-        let pending = Pending {
-            content,
-            _permit: permit,
-            ack,
-        };
-        if queue.tx.send(pending).is_err() {
-            return Err(Error::Invalid(format!(
-                "journal {journal}: the append service stopped"
-            )));
+        let journal = self.journal(journal)?;
+        loop {
+            // Registered before the check, so that room made in between still wakes us.
+            let room = journal.room.notified();
+            let mut room = std::pin::pin!(room);
+            room.as_mut().enable();
+            if let Some(ticket) = self.try_push(&journal, &content) {
+                return Ok(ticket);
+            }
+            room.await;
         }
-        Ok(AppendTicket(rx))
     }
 
-    /// The queue of `journal`, started on first use.
-    fn queue(&self, journal: &str) -> Result<Queue, Error> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(q) = queues.get(journal) {
-            return Ok(q.clone());
+    /// Adds `content` to the journal's last batch if the buffer has room for it.
+    fn try_push(&self, journal: &Journal, content: &[u8]) -> Option<AppendTicket> {
+        let mut queue = journal.lock();
+        if queue.buffered + content.len() > self.max_buffered {
+            return None;
+        }
+        queue.buffered += content.len();
+        let fits = |b: &Batch| b.content.len() + content.len() <= MAX_BATCH;
+        let batch = match queue.batches.back_mut() {
+            Some(last) if fits(last) => last,
+            _ => {
+                queue.batches.push_back(Batch {
+                    content: BytesMut::with_capacity(content.len().max(BATCH_CAPACITY)),
+                    outcome: AppendOutcome::new(&journal.name),
+                });
+                queue.batches.back_mut()?
+            }
+        };
+        batch.content.extend_from_slice(content);
+        let ticket = batch.outcome.ticket();
+        if std::mem::take(&mut queue.idle) {
+            journal.wake.notify_one();
+        }
+        Some(ticket)
+    }
+
+    /// The journal's queue, its task started on first use.
+    fn journal(&self, journal: &str) -> Result<Arc<Journal>, Error> {
+        let mut journals = self.journals.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(j) = journals.get(journal) {
+            return Ok(j.clone());
         }
         validate_journal_name(journal)
             .map_err(|e| Error::Invalid(format!("journal {journal:?}: invalid name: {e}")))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let queue = Queue {
-            tx,
-            budget: Arc::new(Semaphore::new(self.max_buffered)),
-        };
-        tokio::spawn(serve(self.client.clone(), journal.to_string(), rx));
-        queues.insert(journal.to_string(), queue.clone());
-        Ok(queue)
+        let j = Arc::new(Journal {
+            name: journal.to_string(),
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+            room: Notify::new(),
+        });
+        tokio::spawn(serve(self.client.clone(), j.clone()));
+        journals.insert(journal.to_string(), j.clone());
+        Ok(j)
+    }
+}
+
+impl Drop for AppendService {
+    /// Each journal's task appends what is queued, then ends.
+    fn drop(&mut self) {
+        let journals = self.journals.get_mut().unwrap_or_else(|p| p.into_inner());
+        for journal in journals.values() {
+            journal.lock().closed = true;
+            journal.wake.notify_one();
+        }
     }
 }
 
@@ -127,58 +174,72 @@ impl Appender for AppendService {
     }
 }
 
-/// Appends `journal`'s records, a batch at a time, until the service is dropped.
-async fn serve(client: Client, journal: String, mut rx: mpsc::UnboundedReceiver<Pending>) {
-    while let Some(first) = rx.recv().await {
-        let mut size = first.content.len();
-        let mut batch = vec![first];
-        while size < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(p) if size + p.content.len() <= MAX_BATCH => {
-                    size += p.content.len();
-                    batch.push(p);
+impl Journal {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The oldest batch, or `None` once the service is dropped and nothing is queued.
+    async fn next_batch(&self) -> Option<Batch> {
+        loop {
+            {
+                let mut queue = self.lock();
+                if let Some(batch) = queue.batches.pop_front() {
+                    return Some(batch);
                 }
-                Ok(p) => {
-                    // Too big for this batch: it opens the next one, in order.
-                    run(&client, &journal, batch, &mut rx).await;
-                    batch = vec![p];
-                    size = batch[0].content.len();
+                if queue.closed {
+                    return None;
                 }
-                Err(_) => break,
+                queue.idle = true;
             }
+            // A wake-up sent before this wait is kept by the Notify, so none is lost.
+            self.wake.notified().await;
         }
-        run(&client, &journal, batch, &mut rx).await;
+    }
+
+    /// Releases `bytes` of the buffer and wakes the writers waiting for room.
+    fn release(&self, bytes: usize) {
+        self.lock().buffered -= bytes;
+        self.room.notify_waiters();
+    }
+
+    /// Fails every queued batch: an earlier append failed with `err`.
+    fn fail_queued(&self, err: &Error) {
+        let failed: Vec<Batch> = self.lock().batches.drain(..).collect();
+        let bytes = failed.iter().map(|b| b.content.len()).sum();
+        for batch in failed {
+            batch.outcome.resolve(Err(Error::Invalid(format!(
+                "journal {}: not appended, because an earlier append failed: {err}",
+                self.name
+            ))));
+        }
+        self.release(bytes);
     }
 }
 
-/// Appends one batch and resolves its tickets; on failure also fails what is queued.
-async fn run(
-    client: &Client,
-    journal: &str,
-    batch: Vec<Pending>,
-    rx: &mut mpsc::UnboundedReceiver<Pending>,
-) {
-    let chunks: Vec<Bytes> = batch.iter().map(|p| p.content.clone()).collect();
-    let req = AppendRequest {
-        journal: journal.to_string(),
-        ..Default::default()
-    };
-    match client.append_with(req, chunks).await {
-        Ok(resp) => {
-            let commit = resp.commit.unwrap_or_default();
-            for p in batch {
-                let _ = p.ack.send(Ok((commit.begin, commit.end)));
+/// Appends `journal`'s batches, one at a time, until the service is dropped.
+async fn serve(client: Client, journal: Arc<Journal>) {
+    loop {
+        // Writers running on this thread get a turn to add to the batch before it closes.
+        tokio::task::yield_now().await;
+        let Some(batch) = journal.next_batch().await else {
+            return;
+        };
+        let bytes = batch.content.len();
+        let req = AppendRequest {
+            journal: journal.name.clone(),
+            ..Default::default()
+        };
+        match client.append_with(req, vec![batch.content.freeze()]).await {
+            Ok(resp) => {
+                let commit = resp.commit.unwrap_or_default();
+                batch.outcome.resolve(Ok((commit.begin, commit.end)));
+            }
+            Err(err) => {
+                journal.fail_queued(&err);
+                batch.outcome.resolve(Err(err));
             }
         }
-        Err(err) => {
-            for p in batch {
-                let _ = p.ack.send(Err(err.duplicate()));
-            }
-            while let Ok(p) = rx.try_recv() {
-                let _ = p.ack.send(Err(Error::Invalid(format!(
-                    "journal {journal}: not appended, because an earlier append failed: {err}"
-                ))));
-            }
-        }
+        journal.release(bytes);
     }
 }

@@ -46,6 +46,8 @@ struct Touched {
 
 /// Tickets held before resolved ones are swept out.
 const SWEEP_TICKETS: usize = 4096;
+/// How many of the latest tickets a new one is compared with, to share an append's.
+const RECENT_TICKETS: usize = 16;
 
 /// Publishes messages of one producer.
 pub struct Publisher<A: Appender> {
@@ -56,8 +58,11 @@ pub struct Publisher<A: Appender> {
     touched: Vec<Touched>,
     /// Per journal, the clock readers hold as this producer's last acknowledged one.
     acknowledged: HashMap<String, Clock>,
-    tickets: Vec<(String, AppendTicket)>,
+    /// One ticket per append still to wait for (messages sharing an append share it).
+    tickets: Vec<AppendTicket>,
     failed: Option<Error>,
+    /// Reused for framing each message; each message's bytes are split off it.
+    framed: Vec<u8>,
 }
 
 impl<A: Appender> Publisher<A> {
@@ -81,6 +86,7 @@ impl<A: Appender> Publisher<A> {
             acknowledged: HashMap::new(),
             tickets: Vec::new(),
             failed: None,
+            framed: Vec::new(),
         }
     }
 
@@ -152,15 +158,26 @@ impl<A: Appender> Publisher<A> {
         let uuid = Uuid::build(self.producer, self.clock.tick(), flags)?;
         let invalid = |detail: String| Error::Invalid(format!("journal {journal}: {detail}"));
         framing.set_uuid(message, uuid).map_err(invalid)?;
-        let mut framed = Vec::new();
-        framing.marshal(message, &mut framed).map_err(invalid)?;
-        self.enqueue(journal, Bytes::from(framed)).await?;
+        self.framed.clear();
+        framing
+            .marshal(message, &mut self.framed)
+            .map_err(invalid)?;
+        let content = Bytes::copy_from_slice(&self.framed);
+        self.enqueue(journal, content).await?;
         Ok(uuid)
     }
 
     async fn enqueue(&mut self, journal: &str, content: Bytes) -> Result<(), Error> {
         let ticket = self.appender.enqueue(journal, content).await?;
-        self.tickets.push((journal.to_string(), ticket));
+        // Consecutive messages to a few journals share their appends: a ticket of an append
+        // already held among the last few is not kept twice.
+        let recent = self.tickets.len().saturating_sub(RECENT_TICKETS);
+        if !self.tickets[recent..]
+            .iter()
+            .any(|t| t.same_append(&ticket))
+        {
+            self.tickets.push(ticket);
+        }
         if self.tickets.len() >= SWEEP_TICKETS {
             self.sweep();
         }
@@ -170,18 +187,13 @@ impl<A: Appender> Publisher<A> {
     /// Drops tickets already resolved, keeping the first failure for [`Publisher::flush`].
     fn sweep(&mut self) {
         let mut kept = Vec::with_capacity(self.tickets.len());
-        for (journal, mut ticket) in self.tickets.drain(..) {
-            match ticket.0.try_recv() {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => {
+        for ticket in self.tickets.drain(..) {
+            match ticket.try_result() {
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
                     self.failed.get_or_insert(err);
                 }
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                    kept.push((journal, ticket))
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                    self.failed.get_or_insert(stopped(&journal));
-                }
+                None => kept.push(ticket),
             }
         }
         self.tickets = kept;
@@ -276,19 +288,13 @@ impl<A: Appender> Publisher<A> {
             Some(err) => Err(err),
             None => Ok(()),
         };
-        for (_, ticket) in tickets {
+        for ticket in tickets {
             if let Err(err) = ticket.wait().await {
                 result = result.and(Err(err));
             }
         }
         result
     }
-}
-
-fn stopped(journal: &str) -> Error {
-    Error::Invalid(format!(
-        "journal {journal}: the append service stopped before acknowledging the append"
-    ))
 }
 
 fn unix_nanos_now() -> u64 {
@@ -392,12 +398,10 @@ mod tests {
 
     impl Appender for Failing {
         async fn enqueue(&self, journal: &str, _: Bytes) -> Result<AppendTicket, Error> {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let _ = tx.send(Err(Error::Status {
+            Ok(AppendTicket::ready(Err(Error::Status {
                 journal: journal.to_string(),
                 status: "WRONG_APPEND_OFFSET".into(),
-            }));
-            Ok(AppendTicket(rx))
+            })))
         }
     }
 

@@ -509,3 +509,28 @@ async fn a_checkpoint_after_a_transactions_last_message_shows_it_closed() {
         assert_eq!(checkpoint.start_offset("a") == source.read_through, through);
     }
 }
+
+#[tokio::test]
+async fn tickets_of_one_append_share_its_outcome_and_an_unresolved_one_fails() {
+    use super::{AppendOutcome, AppendTicket};
+    let outcome = AppendOutcome::new("a/j");
+    let (first, second) = (outcome.ticket(), outcome.ticket());
+    assert!(first.same_append(&second));
+    assert!(first.try_result().is_none());
+    let waiter = tokio::spawn(first.wait());
+    tokio::task::yield_now().await;
+    outcome.resolve(Ok((3, 9)));
+    assert_eq!(waiter.await.unwrap().unwrap(), (3, 9));
+    assert_eq!(second.wait().await.unwrap(), (3, 9));
+    assert!(!AppendTicket::ready(Ok((0, 1))).same_append(&AppendTicket::ready(Ok((0, 1)))));
+
+    // The appender stopped before resolving: its tickets fail rather than wait forever.
+    let outcome = AppendOutcome::new("a/j");
+    let ticket = outcome.ticket();
+    drop(outcome);
+    let text = ticket.wait().await.unwrap_err().to_string();
+    assert!(
+        text.contains("journal a/j") && text.contains("stopped"),
+        "{text}"
+    );
+}

@@ -180,19 +180,31 @@ fn parse_hex32(hex_digits: &[u8]) -> Option<Uuid> {
     Some(Uuid(out))
 }
 
+impl Uuid {
+    /// The canonical lower-case form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, built without
+    /// allocating (a publisher stamps every message with it).
+    pub fn encode(&self) -> [u8; 36] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [b'-'; 36];
+        let mut at = 0;
+        for (i, byte) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                at += 1;
+            }
+            out[at] = HEX[usize::from(byte >> 4)];
+            out[at + 1] = HEX[usize::from(byte & 0x0f)];
+            at += 2;
+        }
+        out
+    }
+}
+
 impl fmt::Display for Uuid {
     /// The canonical lower-case form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let h = hex::encode(self.0);
-        write!(
-            f,
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )
+        let encoded = self.encode();
+        // Hex digits and dashes only: always UTF-8.
+        f.write_str(std::str::from_utf8(&encoded).map_err(|_| fmt::Error)?)
     }
 }
 
